@@ -1,0 +1,43 @@
+"""Backends by (name, op type). Registration checks the protocol and refuses duplicates."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from operatorx.backends.base import Backend
+
+__all__ = ["register_backend", "get_backend", "backend_names"]
+
+_FACTORIES: dict[tuple[str, str], Callable[[], Backend]] = {}
+_LOADED = False
+
+
+def register_backend(name: str, op_type: str, factory: Callable[[], Backend]) -> None:
+    key = (name, op_type)
+    if key in _FACTORIES:
+        raise ValueError(f"backend {name!r} for {op_type!r} is registered twice")
+    _FACTORIES[key] = factory
+
+
+def _load_builtins() -> None:
+    global _LOADED
+    if not _LOADED:
+        _LOADED = True
+        from operatorx.backends import torch as _torch  # noqa: F401  (registers on import)
+
+
+def get_backend(name: str, op_type: str) -> Backend | None:
+    """The backend instance, or None when `name` has no `op_type` op."""
+    _load_builtins()
+    factory = _FACTORIES.get((name, op_type))
+    if factory is None:
+        return None
+    backend = factory()
+    if not isinstance(backend, Backend) or backend.name != name or backend.op_type != op_type:
+        raise TypeError(f"backend factory for {name}/{op_type} returned {backend!r}, not a matching Backend")
+    return backend
+
+
+def backend_names() -> list[str]:
+    _load_builtins()
+    return sorted({name for name, _ in _FACTORIES})

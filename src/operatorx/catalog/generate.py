@@ -1,0 +1,147 @@
+"""Checkpoints (or a user's config.json) → cases with sources.
+
+`generate` walks the catalog: every checkpoint x scheme x TP x M for GEMMs, plus MoE layers
+at the token counts asked for. A role whose facts the catalog does not hold is skipped with
+a CatalogWarning naming the field. `from_config` reads one config.json offline and is strict:
+any missing field is an error, because the user can fix their file.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from operatorx.catalog.arch import Arch, read_arch
+from operatorx.catalog.checkpoints import Checkpoint, find_checkpoints
+from operatorx.catalog.errors import CatalogError, CatalogWarning, MissingField
+from operatorx.catalog.gemm_roles import gemm_shapes
+from operatorx.catalog.implementations import implementation_for
+from operatorx.catalog.moe_layer import moe_args
+from operatorx.catalog.schemes import ROLES, RoleSchemes, preset
+from operatorx.spec import Case, merge_cases
+
+__all__ = ["DECODE_M", "PREFILL_M", "MOE_TOKENS", "generate", "from_config", "gemm_cases", "moe_cases"]
+
+DECODE_M = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+PREFILL_M = (512, 1024, 2048, 4096, 8192, 16384, 32768)
+MOE_TOKENS = (1, 8, 64, 512, 2048)
+VALID_TP = (1, 2, 4, 8)
+
+
+def _case(kind: str, args: dict[str, Any], source: str, notes: list[str]) -> Case | None:
+    try:
+        return Case.model_validate({"type": kind, "args": args, "sources": [source]})
+    except ValidationError as err:
+        first = err.errors()[0]
+        notes.append(f"{source}: case not produced: {'.'.join(map(str, first['loc']))}: {first['msg']}")
+        return None
+
+
+def gemm_cases(arch: Arch, schemes: RoleSchemes, source_id: str, tp: int, ms: Sequence[int],
+               strict: bool, notes: list[str]) -> list[Case]:
+    """GEMM cases of one checkpoint scheme at one TP, one per (role, M)."""
+    out = []
+    for shape in gemm_shapes(arch, tp, strict, notes):
+        scheme = schemes[shape.scheme_role]
+        for m in ms:
+            args: dict[str, Any] = {"m": m, "n": shape.n, "k": shape.k, "a": scheme.a, "b": scheme.b,
+                                    "out": "bf16", "parallel": {"tp": tp}}
+            if shape.bias:
+                args["bias"] = True
+            case = _case("gemm", args, f"{source_id}/{shape.role}", notes)
+            if case is not None:
+                out.append(case)
+    return out
+
+
+def moe_cases(arch: Arch, schemes: RoleSchemes, source_id: str, tp: int, tokens: Iterable[int],
+              strict: bool, notes: list[str], distributions: Sequence[Any] = ("natural",)) -> list[Case]:
+    """MoE layer cases of one checkpoint scheme at one TP; empty for dense models."""
+    if not arch.is_moe:
+        return []
+    out = []
+    for t in tokens:
+        for dist in distributions:
+            try:
+                args = moe_args(arch, schemes["experts"], schemes["shared_experts"], tp, t, dist)
+            except MissingField as err:
+                if strict:
+                    raise
+                notes.append(f"{arch.origin}: MoE layer not produced: {err}")
+                return out
+            case = _case("moe", args, f"{source_id}/mlp.experts", notes)
+            if case is not None:
+                out.append(case)
+    return out
+
+
+def _check_tps(tps: Iterable[int]) -> None:
+    bad = [t for t in tps if t not in VALID_TP]
+    if bad:
+        raise CatalogError(f"tp must be one of {VALID_TP}; got {bad}")
+
+
+def _warn(notes: list[str]) -> None:
+    for line in dict.fromkeys(notes):
+        warnings.warn(line, CatalogWarning, stacklevel=3)
+
+
+def _tps_for(ckpt: Checkpoint, tps: Sequence[int] | None) -> tuple[int, ...]:
+    return tuple(tps) if tps else ckpt.tps
+
+
+def generate(models: Sequence[str] | None = None, tps: Sequence[int] | None = None,
+             ms: Sequence[int] | None = None, moe_tokens: Sequence[int] = (),
+             schemes: Sequence[str] | None = None) -> list[Case]:
+    """Cases for catalog checkpoints (all when `models` is empty), merged with sources unioned.
+
+    tps: TP sizes to use (default: each checkpoint's deployed sizes). ms: GEMM M values
+    (default DECODE_M + PREFILL_M). moe_tokens: MoE layer token counts (default none).
+    schemes: restrict to these scheme names (default: every scheme a checkpoint ships).
+    """
+    _check_tps(tps or ())
+    ms = tuple(ms) if ms else DECODE_M + PREFILL_M
+    if any(m <= 0 for m in ms):
+        raise CatalogError(f"m must be positive; got {list(ms)}")
+    notes: list[str] = []
+    cases: list[Case] = []
+    for ckpt in find_checkpoints(list(models) if models else None):
+        for name, role_map in ckpt.schemes.items():
+            if schemes and name not in schemes:
+                continue
+            for tp in _tps_for(ckpt, tps):
+                cases += gemm_cases(ckpt.arch, role_map, ckpt.source_id(name), tp, ms, False, notes)
+                cases += moe_cases(ckpt.arch, role_map, ckpt.source_id(name), tp, moe_tokens, False, notes)
+    _warn(notes)
+    return merge_cases(cases)
+
+
+def from_config(path: str | Path, scheme: str, tp: int, ms: Sequence[int] | None = None,
+                moe_tokens: Sequence[int] = MOE_TOKENS) -> list[Case]:
+    """Cases for a user's config.json read offline, every role in `scheme` except the router
+    gate and lm_head, which stay bf16 as vLLM leaves them. Strict: gaps are errors."""
+    _check_tps([tp])
+    path = Path(path)
+    try:
+        config = json.loads(path.read_text())
+    except OSError as err:
+        raise CatalogError(f"{path}: cannot read: {err.strerror or err}") from err
+    except json.JSONDecodeError as err:
+        raise CatalogError(f"{path}: not JSON: line {err.lineno}: {err.msg}") from err
+    chosen = preset(scheme, "--scheme")
+    bf16 = preset("bf16", "--scheme")
+    role_map = RoleSchemes(scheme, {r: bf16 if r in ("router", "lm_head") else chosen for r in ROLES})
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    arch = read_arch(config, str(path), implementation_for(text.get("model_type") if isinstance(text, dict) else None))
+    name = config.get("_name_or_path") or path.parent.name or path.stem
+    notes: list[str] = []
+    cases = gemm_cases(arch, role_map, str(name), tp, tuple(ms) if ms else DECODE_M + PREFILL_M, True, notes)
+    cases += moe_cases(arch, role_map, str(name), tp, moe_tokens, True, notes)
+    if notes:
+        raise CatalogError("\n".join(notes))
+    return merge_cases(cases)

@@ -1,0 +1,103 @@
+"""The shipped testlists, rebuilt from the catalog; a test fails when a shipped file is stale.
+
+- `gemm`: every checkpoint x scheme x deployed TP x M (decode 1..256, prefill 512..32768).
+- `gemm_perf`: a short bf16 list for quick perf runs: one model per family shape class at
+  its smallest deployed TP, a few decode and prefill M.
+- `moe_small`: one layer per MoE checkpoint scheme at tokens=1 (smallest deployed TP); one
+  checkpoint per family swept over 8/64/512/2048; the checkpoints flagged
+  `moe_routing_sweep` under every routing distribution.
+
+Rebuild with `python -m operatorx.catalog` (writes src/operatorx/testlists/).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+from operatorx.catalog.checkpoints import load_catalog
+from operatorx.catalog.errors import CatalogError, CatalogWarning
+from operatorx.catalog.generate import generate, moe_cases
+from operatorx.catalog.moe_layer import ROUTING_DISTRIBUTIONS
+from operatorx.spec import Case, dump_testlist, merge_cases
+
+__all__ = ["SHIPPED", "build_shipped", "write_shipped", "GEMM_PERF"]
+
+#: gemm_perf: (checkpoint id, TP, role, M values), bf16, ~20 cases: MLA, large/small GQA,
+#: dense MLP and lm_head shapes over decode M 1..64 and prefill up to 32768.
+GEMM_PERF = (
+    ("deepseek-ai/DeepSeek-V3", 8, "self_attn.q_b_proj", (1, 64, 4096)),
+    ("deepseek-ai/DeepSeek-V3", 8, "self_attn.o_proj", (1, 32768)),
+    ("deepseek-ai/DeepSeek-V3", 8, "mlp.gate_up_proj", (16, 8192)),
+    ("meta-llama/Llama-3.1-70B-Instruct", 4, "self_attn.qkv_proj", (1, 2048)),
+    ("meta-llama/Llama-3.1-70B-Instruct", 4, "mlp.down_proj", (32, 32768)),
+    ("meta-llama/Llama-3.1-8B-Instruct", 1, "mlp.gate_up_proj", (1, 4096, 16384)),
+    ("Qwen/Qwen3-235B-A22B-Thinking-2507", 8, "self_attn.qkv_proj", (8, 1024)),
+    ("Qwen/Qwen3-235B-A22B-Thinking-2507", 8, "lm_head", (64, 512)),
+    ("openai/gpt-oss-120b", 4, "self_attn.qkv_proj", (2, 16384)),
+)
+SWEEP_TOKENS = (8, 64, 512, 2048)
+
+
+def _gemm() -> list[Case]:
+    return generate()
+
+
+def _gemm_perf() -> list[Case]:
+    picked: list[Case] = []
+    for model, tp, role, ms in GEMM_PERF:
+        cases = [c for c in generate([model], [tp], ms) if c.sources[0].rsplit("/", 1)[-1] == role]
+        if not cases:
+            raise CatalogError(f"gemm_perf: {model} has no role {role} at tp={tp}")
+        picked += [_as_bf16(c) for c in cases]
+    return merge_cases(picked)
+
+
+def _as_bf16(case: Case) -> Case:
+    """gemm_perf is bf16 only: an FP8 checkpoint's shape is kept, its operands set to bf16."""
+    args = case.args_dict()
+    args["a"] = args["b"] = {"dtype": "bf16"}
+    return Case.model_validate({"type": "gemm", "args": args, "sources": case.sources})
+
+
+def _moe_small() -> list[Case]:
+    cases: list[Case] = []
+    notes: list[str] = []
+    swept_families: set[str] = set()
+    for ckpt in load_catalog():
+        if not ckpt.arch.is_moe:
+            continue
+        tp = min(ckpt.tps)
+        for name, roles in ckpt.schemes.items():
+            src = ckpt.source_id(name)
+            cases += moe_cases(ckpt.arch, roles, src, tp, (1,), False, notes)
+            if ckpt.family not in swept_families:
+                cases += moe_cases(ckpt.arch, roles, src, tp, SWEEP_TOKENS, False, notes)
+            if ckpt.moe_routing_sweep:
+                cases += moe_cases(ckpt.arch, roles, src, tp, (1,) + SWEEP_TOKENS, False, notes,
+                                   distributions=ROUTING_DISTRIBUTIONS)
+        swept_families.add(ckpt.family)
+    for line in dict.fromkeys(notes):
+        warnings.warn(line, CatalogWarning, stacklevel=2)
+    return merge_cases(cases)
+
+
+SHIPPED: dict[str, Callable[[], list[Case]]] = {"gemm": _gemm, "gemm_perf": _gemm_perf, "moe_small": _moe_small}
+
+
+def build_shipped() -> dict[str, list[Case]]:
+    """Every shipped testlist as the catalog generates it now (warnings silenced: they are data gaps
+    the checkpoint files already document)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CatalogWarning)
+        return {name: build() for name, build in SHIPPED.items()}
+
+
+def write_shipped(directory: Path) -> dict[str, int]:
+    """Write every shipped testlist into `directory`; returns case counts by name."""
+    counts = {}
+    for name, cases in build_shipped().items():
+        dump_testlist(cases, directory / f"{name}.json")
+        counts[name] = len(cases)
+    return counts

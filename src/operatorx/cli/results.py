@@ -1,0 +1,70 @@
+"""`operatorx results list|show|export`: read the database, never measure."""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import Enum
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from operatorx.report import rows_table
+from operatorx.store import RunNotFound, Store, document_csv
+
+__all__ = ["results_app"]
+
+results_app = typer.Typer(no_args_is_help=True, help="Stored runs and their rows.")
+_out = Console(width=None if sys.stdout.isatty() else 200)
+_err = Console(stderr=True)
+_DB = typer.Option("operatorx.db", "--db", help="SQLite path or SQLAlchemy URL.")
+
+
+class ExportFormat(str, Enum):
+    json = "json"
+    csv = "csv"
+
+
+def _document(db: str, run: str) -> dict:
+    try:
+        return Store(db).document(run)
+    except RunNotFound as err:
+        _err.print(f"error: {err}")
+        raise typer.Exit(1) from err
+
+
+@results_app.command("list")
+def list_runs(db: str = _DB) -> None:
+    """Runs in the database, newest first."""
+    t = Table()
+    for col in ("run", "started", "state", "testlist", "backend", "device", "gpu", "rows"):
+        t.add_column(col)
+    for r in Store(db).list_runs():
+        t.add_row(r["id"], r["started_at"], r["state"], r["testlist"], r["backend"], r["device"],
+                  r["gpu"] or "-", str(r["rows"]))
+    _out.print(t)
+
+
+@results_app.command("show")
+def show(run: str = typer.Argument("latest", help="Run id, unique prefix, or 'latest'."), db: str = _DB) -> None:
+    """A run's rows as a table."""
+    doc = _document(db, run)
+    r = doc["run"]
+    title = f"{r['id']}  {r['testlist']}  {r['backend']}  {(r.get('device') or {}).get('name', '')}"
+    _out.print(rows_table(doc["rows"], title=title))
+
+
+@results_app.command("export")
+def export(run: str = typer.Argument("latest"), fmt: ExportFormat = typer.Option(ExportFormat.json, "--format"),
+           output: Optional[str] = typer.Option(None, "-o", "--output", help="File to write; stdout if omitted."),
+           db: str = _DB) -> None:
+    """The run's result document (json) or its headline numbers (csv)."""
+    doc = _document(db, run)
+    text = json.dumps(doc, indent=1) + "\n" if fmt is ExportFormat.json else document_csv(doc)
+    if output:
+        with open(output, "w") as f:
+            f.write(text)
+    else:
+        typer.echo(text, nl=False)

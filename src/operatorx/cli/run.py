@@ -1,0 +1,81 @@
+"""`operatorx run`: time a testlist, store every row, print a table."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from operatorx.measure import TimingSettings
+from operatorx.report import rows_table
+from operatorx.result import Row
+from operatorx.run import RunConfig, run_testlist
+from operatorx.spec import Case, TestlistError
+
+__all__ = ["run_command"]
+
+_out = Console(width=None if sys.stdout.isatty() else 200)
+_err = Console(stderr=True)
+
+
+class _ProgressReporter:
+    def __init__(self) -> None:
+        self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                  TimeElapsedColumn(), console=_err, transient=True)
+        self._task = None
+
+    def start(self, run_id: str, total: int) -> None:
+        self._progress.start()
+        self._task = self._progress.add_task(f"run {run_id}", total=total)
+
+    def case_started(self, case: Case, index: int) -> None:
+        self._progress.update(self._task, description=f"[{index}] {case.label()}")  # type: ignore[arg-type]
+
+    def case_done(self, row: Row) -> None:
+        self._progress.advance(self._task)  # type: ignore[arg-type]
+
+    def finish(self) -> None:
+        self._progress.stop()
+
+
+def run_command(
+    testlist: str = typer.Option(..., "--testlist", "-t", help="Shipped testlist name or path."),
+    backend: str = typer.Option("torch", "--backend", "-b"),
+    device: Optional[str] = typer.Option(None, "--device", help="cuda or cpu (default: cuda when there is a GPU)."),
+    filter_text: Optional[str] = typer.Option(None, "--filter",
+                                              help="Keep cases whose label/scheme/sources contain this."),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1),
+    db: str = typer.Option("operatorx.db", "--db", help="SQLite path or SQLAlchemy URL."),
+    results_dir: Path = typer.Option(Path("operatorx-results"), "--results-dir"),
+    strict: bool = typer.Option(False, "--strict", help="Exit 1 on any error row or when no row is ok."),
+    min_samples: int = typer.Option(10, "--min-samples", min=1),
+    warmup_calls: int = typer.Option(5, "--warmup-calls", min=1),
+    no_flush: bool = typer.Option(False, "--no-flush", help="Keep the L2 warm between calls."),
+    no_spin: bool = typer.Option(False, "--no-spin", help="No GPU spin ahead of the timed calls."),
+    cpu_max_gflop: float = typer.Option(50.0, "--cpu-max-gflop", help="On CPU, larger cases are unsupported."),
+) -> None:
+    """Time every case of a testlist; each row is stored when its case ends."""
+    try:
+        timing = TimingSettings(min_samples=min_samples, max_samples=max(200, min_samples),
+                                warmup_calls=warmup_calls, flush_l2=not no_flush, spin=not no_spin)
+        config = RunConfig(testlist=testlist, backend=backend, device=device, filter=filter_text, limit=limit,
+                           db=db, results_dir=results_dir, timing=timing, cpu_max_gflop=cpu_max_gflop)
+        outcome = run_testlist(config, _ProgressReporter())
+    except TestlistError as err:
+        for line in err.problems:
+            _err.print(f"error {line}", highlight=False, markup=False, soft_wrap=True)
+        _err.print("nothing was run or stored")
+        raise typer.Exit(2) from err
+    except (ValueError, RuntimeError) as err:
+        _err.print(f"error: {err}")
+        raise typer.Exit(2) from err
+    _out.print(rows_table([r.to_json() for r in outcome.rows], title=f"run {outcome.run_id} ({testlist}, {backend})"))
+    ok, unsupported, errors = (outcome.count(s) for s in ("ok", "unsupported", "error"))
+    _out.print(f"{ok} ok, {unsupported} unsupported, {errors} error; stored in {db}; "
+               f"document {outcome.document_path}")
+    if strict and (errors or ok == 0):
+        raise typer.Exit(1)

@@ -1,0 +1,36 @@
+"""Timing on the CPU device: the host clock around each call. No GPU is involved, and rows say so."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from operatorx.measure.loop import stop_reason, warmup
+from operatorx.measure.measurement import Measurement
+from operatorx.measure.settings import TimingSettings
+from operatorx.measure.stats import summarize
+
+__all__ = ["HostClockTiming"]
+
+
+class HostClockTiming:
+    method = "host_clock/perf_counter"
+
+    def __init__(self, settings: TimingSettings):
+        self.settings = settings
+
+    def measure(self, fn: Callable[[], Any]) -> Measurement:
+        s = self.settings
+        calls, warm_s = warmup(fn, lambda: None, s)
+        samples_us: list[float] = []
+        start = time.perf_counter()
+        reason = None
+        while reason is None:
+            t0 = time.perf_counter_ns()
+            fn()
+            samples_us.append((time.perf_counter_ns() - t0) / 1e3)
+            reason = stop_reason(len(samples_us), sum(samples_us) / 1e6, time.perf_counter() - start, s)
+        return Measurement(method=self.method, clock="host", samples_us=samples_us,
+                           summary=summarize(samples_us), warmup_calls=calls, warmup_s=warm_s,
+                           stop_reason=reason, details={"l2_flush": False, "spin": False})

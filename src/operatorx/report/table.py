@@ -1,0 +1,49 @@
+"""Tables of rows for the terminal. Printers format; they never measure or add fields."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Optional
+
+from rich.table import Table
+
+__all__ = ["rows_table", "fmt"]
+
+_STATUS_STYLE = {"ok": "green", "unsupported": "yellow", "error": "red"}
+
+
+def fmt(value: Optional[float], digits: int = 1) -> str:
+    if value is None:
+        return "-"
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.{digits}f}" if abs(value) >= 1 else f"{value:.3g}"
+
+
+def _label(op: dict[str, Any]) -> str:
+    a = op["args"]
+    if op["type"] == "gemm":
+        return f"gemm {a['m']}x{a['n']}x{a['k']}"
+    e = a["experts"]
+    return f"moe T={a['tokens']} E={e['num']} k={e['top_k']} H={a['hidden']}"
+
+
+def rows_table(rows: Iterable[dict[str, Any]], title: Optional[str] = None, message_width: int = 60) -> Table:
+    """One line per row of a result document (the JSON form of Row)."""
+    t = Table(title=title, show_lines=False)
+    for name, justify in (("#", "right"), ("case", "left"), ("scheme", "left"), ("status", "left"),
+                          ("latency_us", "right"), ("TFLOP/s", "right"), ("GB/s", "right"), ("% peak", "right"),
+                          ("note", "left")):
+        t.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    for r in rows:
+        m = r.get("metrics", {})
+        note = r.get("message") or ""
+        if r["status"] == "ok" and m.get("clock") == "host":
+            note = "host clock (CPU)"
+        if r["status"] == "ok" and m.get("telemetry", {}).get("capped"):
+            note = "clock capped: " + ",".join(m["telemetry"]["capped"])
+        style = _STATUS_STYLE.get(r["status"], "")
+        t.add_row(str(r.get("case_index", "")), _label(r["op"]), m.get("scheme", ""),
+                  f"[{style}]{r['status']}[/{style}]", fmt(m.get("latency_us"), 2), fmt(m.get("tflops")),
+                  fmt(m.get("gbps")), fmt(m.get("pct_peak")), note[:message_width])
+    return t

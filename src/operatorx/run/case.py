@@ -1,0 +1,140 @@
+"""One case end to end: support check → prepare → correctness check → timing → a Row.
+
+Whatever happens, the case ends as a Row (`ok`, `unsupported` or `error`); only the case in
+flight can be lost.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any, Optional, Protocol
+
+from operatorx.backends import Backend, Prepared, Unsupported, get_backend
+from operatorx.backends.refusal import library_refusal
+from operatorx.measure import Measurement, Telemetry
+from operatorx.platform import DeviceInfo, Peaks, compute_class
+from operatorx.result import Row
+from operatorx.run.config import RunConfig
+from operatorx.spec import Case, GemmArgs
+
+__all__ = ["CaseRunner", "Timer"]
+
+
+class Timer(Protocol):
+    method: str
+
+    def measure(self, fn: Any) -> Measurement: ...
+
+
+def _rates(case: Case, latency_us: float, peaks: Optional[Peaks], min_bytes: Optional[int]) -> dict[str, Any]:
+    flops, nbytes = case.flops(), min_bytes if min_bytes is not None else case.min_bytes()
+    out: dict[str, Any] = {"flops": flops, "min_bytes": nbytes,
+                           "tflops": flops / latency_us / 1e6, "gbps": nbytes / latency_us / 1e3}
+    if peaks is not None:
+        args = case.args
+        cls = compute_class(args.a.dtype, args.b.dtype) if isinstance(args, GemmArgs) else \
+            compute_class(args.experts.a1.dtype, args.experts.w1.dtype)
+        peak_tflops = peaks.tflops.get(cls)
+        fractions = [out["gbps"] / peaks.memory_gbps]
+        if peak_tflops:
+            fractions.append(out["tflops"] / peak_tflops)
+        out["pct_peak"] = 100.0 * max(fractions)
+        out["peak"] = {"compute_class": cls, "tflops": peak_tflops, "memory_gbps": peaks.memory_gbps,
+                       "source": peaks.source}
+    return out
+
+
+@dataclass
+class CaseRunner:
+    config: RunConfig
+    device: DeviceInfo
+    timer: Timer
+    telemetry: Telemetry
+    peaks: Optional[Peaks]
+    testlist: str
+
+    def run(self, case: Case, index: int) -> Row:
+        def row(status: str, message: Optional[str] = None, **metrics: Any) -> Row:
+            metrics.setdefault("scheme", case.scheme())
+            return Row(case=case, backend=self.config.backend, status=status, testlist=self.testlist,  # type: ignore[arg-type]
+                       case_index=index, message=message, metrics=metrics)
+
+        backend = get_backend(self.config.backend, case.type)
+        if backend is None:
+            return row("unsupported", f"backend {self.config.backend!r} has no {case.type} op")
+        reason = self._refuse(case, backend)
+        if reason is not None:
+            return row("unsupported", reason)
+        prepared: Optional[Prepared] = None
+        try:
+            prepared = backend.prepare(case, self.device.kind)
+            check = prepared.check()
+            if not check.ok:
+                return row("error", f"wrong result: relative error {check.rel_error:.3g} > bound {check.bound:.3g} "
+                           f"({check.reference})", check=check.to_json(), backend_meta=prepared.metadata)
+            metrics = self._measure(case, prepared)
+            metrics["check"] = check.to_json()
+            return row("ok", **metrics)
+        except Unsupported as err:
+            return row("unsupported", err.reason)
+        except Exception as err:  # noqa: BLE001 - any failure becomes this case's error row
+            reason = library_refusal(err)
+            if reason is not None and prepared is None:
+                return row("unsupported", f"library refused: {reason}")
+            return row("error", f"{type(err).__name__}: {str(err).strip()[:500]}",
+                       traceback=traceback.format_exc(limit=6))
+        finally:
+            if prepared is not None and prepared.release is not None:
+                prepared.release()
+            self._free()
+
+    def _refuse(self, case: Case, backend: Backend) -> Optional[str]:
+        if self.device.kind == "cpu" and case.flops() > self.config.cpu_max_gflop * 1e9:
+            return (f"CPU device: {case.flops() / 1e9:.0f} GFLOP per call exceeds cpu_max_gflop="
+                    f"{self.config.cpu_max_gflop:g} (a CPU would take minutes a call)")
+        return backend.supports(case, self.device.kind)
+
+    def _measure(self, case: Case, prepared: Prepared) -> dict[str, Any]:
+        before = self.telemetry.sample()
+        m = self.timer.measure(prepared.fn)
+        after = self.telemetry.sample()
+        attempts = [{"latency_us": m.latency_us, "capped": Telemetry.capped(before, after)}]
+        retries = self.config.timing.throttle_retries
+        while attempts[-1]["capped"] and retries > 0:
+            time.sleep(self.config.timing.throttle_rest_s)
+            retries -= 1
+            before = self.telemetry.sample()
+            m = self.timer.measure(prepared.fn)
+            after = self.telemetry.sample()
+            attempts.append({"latency_us": m.latency_us, "capped": Telemetry.capped(before, after)})
+        metrics: dict[str, Any] = {
+            "latency_us": m.latency_us,
+            "method": m.method,
+            "clock": m.clock,
+            "summary_us": m.summary,
+            "samples_us": m.samples_us,
+            "warmup": {"calls": m.warmup_calls, "seconds": m.warmup_s},
+            "stop_reason": m.stop_reason,
+            "timing": {**self.config.timing.to_json(), **m.details},
+            "telemetry": {"before": before, "after": after, "attempts": attempts,
+                          "capped": attempts[-1]["capped"]},
+            "backend_meta": dict(prepared.metadata),
+        }
+        metrics.update(_rates(case, m.latency_us, self.peaks, prepared.min_bytes))
+        if self.device.kind == "cuda" and self.config.profile_kernels:
+            from operatorx.measure.kernels import profile_kernels
+
+            metrics["kernels"] = profile_kernels(prepared.fn)
+        return metrics
+
+    def _free(self) -> None:
+        if self.device.kind == "cuda":
+            import torch
+
+            try:
+                torch.cuda.synchronize()
+                torch.cuda.empty_cache()
+            except RuntimeError:  # a device fault surfaces here; the case's row already says error
+                pass

@@ -1,0 +1,105 @@
+"""A run: load and check the whole testlist first, then each case in turn, each row committed.
+
+An invalid testlist stops here, before the database is touched: nothing runs, nothing is stored.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Optional, Protocol
+
+from operatorx.measure import HostClockTiming, Telemetry
+from operatorx.platform import describe_device, peaks_for, resolve_device
+from operatorx.result import Row
+from operatorx.run.case import CaseRunner, Timer
+from operatorx.run.config import RunConfig
+from operatorx.run.metadata import run_info
+from operatorx.spec import Case, load_testlist, resolve_testlist
+from operatorx.store import Store, write_json_atomic
+
+__all__ = ["Reporter", "RunOutcome", "select_cases", "run_testlist"]
+
+
+class Reporter(Protocol):
+    def start(self, run_id: str, total: int) -> None: ...
+    def case_started(self, case: Case, index: int) -> None: ...
+    def case_done(self, row: Row) -> None: ...
+    def finish(self) -> None: ...
+
+
+class _Silent:
+    def start(self, run_id: str, total: int) -> None: ...
+    def case_started(self, case: Case, index: int) -> None: ...
+    def case_done(self, row: Row) -> None: ...
+    def finish(self) -> None: ...
+
+
+@dataclass
+class RunOutcome:
+    run_id: str
+    document_path: Path
+    rows: list[Row] = field(default_factory=list)
+
+    def count(self, status: str) -> int:
+        return sum(r.status == status for r in self.rows)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def select_cases(cases: list[Case], text: Optional[str], limit: Optional[int]) -> list[tuple[int, Case]]:
+    """(index in the testlist, case) for cases whose label, scheme or sources contain `text`."""
+    chosen = [(i, c) for i, c in enumerate(cases)
+              if text is None or any(text in s for s in (c.label(), c.scheme(), *c.sources))]
+    return chosen[:limit] if limit is not None else chosen
+
+
+def _timer(config: RunConfig, device_kind: str, l2_bytes: Optional[int], telemetry: Telemetry) -> Timer:
+    if device_kind == "cpu":
+        return HostClockTiming(config.timing)
+    from operatorx.measure.events import EventTiming
+
+    return EventTiming(config.timing, l2_bytes, telemetry.max_sm_clock_hz() or 2.0e9)
+
+
+def run_testlist(config: RunConfig, reporter: Optional[Reporter] = None) -> RunOutcome:
+    reporter = reporter or _Silent()
+    path = resolve_testlist(config.testlist)
+    cases = load_testlist(path)                       # raises TestlistError: nothing stored
+    chosen = select_cases(cases, config.filter, config.limit)
+    testlist_name = config.testlist
+
+    device_kind = resolve_device(config.device)
+    device = describe_device(device_kind)
+    telemetry = Telemetry(0 if device_kind == "cuda" else None)
+    timer = _timer(config, device_kind, device.l2_bytes, telemetry)
+    runner = CaseRunner(config=config, device=device, timer=timer, telemetry=telemetry,
+                        peaks=peaks_for(device.name) if device_kind == "cuda" else None, testlist=testlist_name)
+
+    run_id = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
+    store = Store(config.db)
+    info = run_info(device)
+    info.update({"testlist_path": str(path), "cases_in_testlist": len(cases), "cases_selected": len(chosen),
+                 "filter": config.filter, "limit": config.limit, "timing": config.timing.to_json(),
+                 "device_kind": device_kind})
+    store.begin_run(run_id, _now(), testlist_name, config.backend, device_kind, info)
+    outcome = RunOutcome(run_id=run_id, document_path=config.results_dir / f"{run_id}.json")
+    reporter.start(run_id, len(chosen))
+    state = "interrupted"
+    try:
+        for index, case in chosen:
+            reporter.case_started(case, index)
+            row = runner.run(case, index)
+            store.add_row(run_id, row)
+            outcome.rows.append(row)
+            reporter.case_done(row)
+        state = "finished"
+    finally:
+        store.finish_run(run_id, _now(), state)
+        write_json_atomic(store.document(run_id), outcome.document_path)
+        reporter.finish()
+    return outcome

@@ -1,0 +1,107 @@
+"""A case: one op (`gemm` or `moe`) with its args, and the checkpoint layers that run it."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal, Union
+
+from pydantic import ValidationInfo, field_validator, model_validator
+
+from operatorx.spec.base import SpecModel
+from operatorx.spec.gemm import GemmArgs
+from operatorx.spec.moe import MoeArgs
+
+__all__ = ["Case", "OpType", "ARGS_BY_TYPE"]
+
+OpType = Literal["gemm", "moe"]
+ARGS_BY_TYPE: dict[str, type[SpecModel]] = {"gemm": GemmArgs, "moe": MoeArgs}
+
+
+class Case(SpecModel):
+    """One op to time. Two cases are equal when `type` and `args` are; `sources` never count.
+
+    `sources` holds `<checkpoint>/<role>` strings. Older files give bare checkpoint ids in
+    `sources` and the roles in a parallel `name` list: those are joined on load.
+    """
+
+    type: OpType
+    args: Union[GemmArgs, MoeArgs]
+    sources: list[str] = []
+
+    @model_validator(mode="before")
+    @classmethod
+    def _join_names(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or "name" not in data:
+            return data
+        data = dict(data)
+        names = data.pop("name")
+        if isinstance(names, str):
+            names = [names]
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise ValueError("name: a list of role strings")
+        sources = data.get("sources", [])
+        if not sources:
+            data["sources"] = names
+        elif not isinstance(sources, list) or len(sources) != len(names):
+            raise ValueError(f"name: {len(names)} roles for {len(sources) if isinstance(sources, list) else '?'} "
+                             "sources; the two lists run in parallel")
+        else:
+            data["sources"] = [f"{s}/{n}" for s, n in zip(sources, names, strict=True)]
+        return data
+
+    @field_validator("args", mode="wrap")
+    @classmethod
+    def _args_of_type(cls, value: Any, handler: Any, info: ValidationInfo) -> Any:
+        model = ARGS_BY_TYPE.get(info.data.get("type", ""))
+        if model is None:
+            raise ValueError("args cannot be read without a valid type")
+        return value if isinstance(value, model) else model.model_validate(value)
+
+    @field_validator("sources")
+    @classmethod
+    def _non_empty(cls, sources: list[str]) -> list[str]:
+        for i, s in enumerate(sources):
+            if not s.strip():
+                raise ValueError(f"sources[{i}] is empty")
+        return sources
+
+    # --- identity -------------------------------------------------------------------------
+    def args_dict(self) -> dict[str, Any]:
+        """The args as plain JSON data, optional fields left out when unset."""
+        return self.args.model_dump(mode="json", exclude_none=True)
+
+    def key(self) -> str:
+        """Canonical identity: type and args as sorted JSON."""
+        return json.dumps({"type": self.type, "args": self.args_dict()}, sort_keys=True, separators=(",", ":"))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Case) and self.key() == other.key()
+
+    def __hash__(self) -> int:
+        return hash(self.key())
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": self.type, "args": self.args_dict(), "sources": list(self.sources)}
+
+    # --- what the op costs ------------------------------------------------------------------
+    def flops(self) -> int:
+        return self.args.flops()
+
+    def min_bytes(self) -> int:
+        return self.args.min_bytes()
+
+    def scheme(self) -> str:
+        return self.args.scheme()
+
+    def label(self) -> str:
+        """A short human label: `gemm 1x7168x2048` or `moe T=8 E=256 k=8 H=7168`."""
+        a = self.args
+        if isinstance(a, GemmArgs):
+            return f"gemm {a.m}x{a.n}x{a.k}"
+        e = a.experts
+        return f"moe T={a.tokens} E={e.num} k={e.top_k} H={a.hidden} I={e.inter} {a.routing.name}"
+
+    def with_sources(self, sources: list[str]) -> Case:
+        return self.model_copy(update={"sources": list(sources)})
+
+

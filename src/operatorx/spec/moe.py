@@ -1,0 +1,190 @@
+"""`moe` args: one MoE layer from the router GEMM to the combined output."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Optional, Union
+
+from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
+
+from operatorx.spec.base import SpecModel
+from operatorx.spec.dtypes import ELEMENT_BITS, OutDType
+from operatorx.spec.operand import Operand, check_group
+from operatorx.spec.parallel import Parallel
+
+__all__ = [
+    "MoeArgs", "Experts", "Router", "Gate", "TopK", "GroupedTopK", "HashSelect",
+    "Activation", "Shared", "Routing", "Zipf",
+]
+
+_BF16 = Operand(dtype="bf16")
+
+
+class Experts(SpecModel):
+    num: PositiveInt
+    top_k: PositiveInt
+    inter: PositiveInt
+    a1: Operand = _BF16
+    w1: Operand
+    w2: Operand
+    a2: Operand = _BF16
+    bias: Optional[bool] = None
+    latent: Optional[PositiveInt] = None
+    latent_norm: Optional[bool] = None
+    zero: Optional[NonNegativeInt] = None
+
+
+class Gate(SpecModel):
+    dtype: Literal["bf16", "fp32"]
+    logits: Optional[Literal["bf16", "fp32"]] = None
+
+
+class TopK(SpecModel):
+    kind: Literal["topk"]
+
+
+class GroupedTopK(SpecModel):
+    kind: Literal["grouped_topk"]
+    groups: PositiveInt
+    topk_groups: PositiveInt
+
+
+class HashSelect(SpecModel):
+    kind: Literal["hash"]
+    vocab: PositiveInt
+
+
+class Router(SpecModel):
+    gate: Gate
+    scoring: Literal["softmax", "sigmoid", "sqrtsoftplus"]
+    select: Annotated[Union[TopK, GroupedTopK, HashSelect], Field(discriminator="kind")]
+    bias: Optional[bool] = None
+    renormalize: Optional[bool] = None
+    scale: Optional[float] = None
+    weight_on_input: Optional[bool] = None
+
+
+class Activation(SpecModel):
+    kind: Literal["silu", "gelu", "gelu_tanh", "swigluoai", "situ", "swiglustep"]
+    gated: Optional[bool] = None
+    interleaved: Optional[bool] = None
+    limit: Optional[float] = None
+    alpha: Optional[float] = None
+    beta: Optional[float] = None
+
+    @property
+    def is_gated(self) -> bool:
+        """Gated (w1 holds gate and up, 2·I rows) unless the case says `gated: false`."""
+        return self.gated is not False
+
+
+class Shared(SpecModel):
+    count: PositiveInt
+    inter: PositiveInt
+    a1: Operand = _BF16
+    w1: Operand
+    w2: Operand
+    gate: Optional[Literal["sigmoid"]] = None
+
+
+class Zipf(SpecModel):
+    kind: Literal["zipf"]
+    s: PositiveFloat
+
+
+class Routing(SpecModel):
+    distribution: Union[Literal["natural", "balanced", "single_hot"], Zipf] = "natural"
+    seed: NonNegativeInt = 0
+
+    @property
+    def name(self) -> str:
+        d = self.distribution
+        return d if isinstance(d, str) else f"zipf{d.s:g}"
+
+
+class MoeArgs(SpecModel):
+    tokens: PositiveInt
+    hidden: PositiveInt
+    out: OutDType = "bf16"
+    experts: Experts
+    router: Router
+    activation: Activation
+    shared: Optional[Shared] = None
+    routing: Routing = Routing()
+    parallel: Optional[Parallel] = None
+
+    @property
+    def width(self) -> int:
+        """The width the experts run in: the latent width when set, else `hidden`."""
+        return self.experts.latent or self.hidden
+
+    @model_validator(mode="after")
+    def _consistent(self) -> MoeArgs:
+        e, sel = self.experts, self.router.select
+        routable = e.num + (e.zero or 0)
+        if e.top_k > routable:
+            raise ValueError(f"experts.top_k={e.top_k} exceeds the {routable} experts there are to pick")
+        if isinstance(sel, GroupedTopK):
+            if e.num % sel.groups:
+                raise ValueError(f"router.select.groups={sel.groups} does not divide experts.num={e.num}")
+            if sel.topk_groups > sel.groups:
+                raise ValueError(f"router.select.topk_groups={sel.topk_groups} exceeds groups={sel.groups}")
+            if e.top_k > sel.topk_groups * (e.num // sel.groups):
+                raise ValueError(
+                    f"experts.top_k={e.top_k} exceeds the {sel.topk_groups * (e.num // sel.groups)} experts "
+                    f"in the {sel.topk_groups} selected groups")
+        rows1 = 2 * e.inter if self.activation.is_gated else e.inter
+        w = self.width
+        check_group(e.a1, ("tokens", self.tokens, "hidden", w), "experts.a1")
+        check_group(e.w1, ("w1 rows", rows1, "hidden", w), "experts.w1", weight=True)
+        check_group(e.w2, ("hidden", w, "inter", e.inter), "experts.w2", weight=True)
+        check_group(e.a2, ("tokens*top_k", self.tokens * e.top_k, "inter", e.inter), "experts.a2")
+        if self.shared is not None:
+            s = self.shared
+            rows1 = 2 * s.inter * s.count if self.activation.is_gated else s.inter * s.count
+            check_group(s.a1, ("tokens", self.tokens, "hidden", self.hidden), "shared.a1")
+            check_group(s.w1, ("w1 rows", rows1, "hidden", self.hidden), "shared.w1", weight=True)
+            check_group(s.w2, ("hidden", self.hidden, "inter", s.inter * s.count), "shared.w2",
+                        weight=True)
+        return self
+
+    def flops(self) -> int:
+        """The format's count: router + routed experts + latent projections + shared experts."""
+        t, h, e = self.tokens, self.hidden, self.experts
+        total = 2 * t * h * e.num + 6 * t * e.top_k * self.width * e.inter
+        if e.latent:
+            total += 4 * t * h * self.width
+        if self.shared is not None:
+            total += 6 * t * h * self.shared.inter * self.shared.count
+        return total
+
+    def expected_experts_hit(self) -> float:
+        """Experts expected to receive a token: k for single_hot, else uniform-routing odds.
+
+        Backends report the count they actually used; this is for a case read on its own.
+        """
+        e = self.experts
+        if self.routing.distribution == "single_hot":
+            return float(e.top_k)
+        return e.num * (1.0 - (1.0 - e.top_k / e.num) ** self.tokens)
+
+    def min_bytes(self, experts_hit: Optional[float] = None) -> int:
+        """Weights of the experts hit, router and shared weights, input and output activations."""
+        e, h, w = self.experts, self.hidden, self.width
+        hit = self.expected_experts_hit() if experts_hit is None else experts_hit
+        rows1 = 2 * e.inter if self.activation.is_gated else e.inter
+        per_expert = e.w1.bytes(rows1, w, weight=True) + e.w2.bytes(w, e.inter, weight=True)
+        total = int(hit * per_expert)
+        total += e.num * h * ELEMENT_BITS[self.router.gate.dtype] // 8
+        if e.latent:
+            total += 2 * h * w * 2  # down- and up-projection, bf16
+        if self.shared is not None:
+            s = self.shared
+            srows = 2 * s.inter * s.count if self.activation.is_gated else s.inter * s.count
+            total += s.w1.bytes(srows, h, weight=True) + s.w2.bytes(h, s.inter * s.count, weight=True)
+        act = ELEMENT_BITS[self.out] // 8
+        return total + self.tokens * h * 2 + self.tokens * h * act
+
+    def scheme(self) -> str:
+        w1 = self.experts.w1.scheme_name()
+        a1 = self.experts.a1.scheme_name()
+        return w1 if a1 == w1 else f"a={a1} w={w1}"

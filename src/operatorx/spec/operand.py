@@ -1,0 +1,137 @@
+"""Operand descriptors: an element dtype, its scales, and the dtype it arrives in."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+from pydantic import Field, model_validator
+
+from operatorx.spec.base import SpecModel
+from operatorx.spec.dtypes import ELEMENT_BITS, FLOAT_DTYPES, SCALE_BITS, ElementDType, ScaleDType
+
+__all__ = ["Scale", "Operand", "GroupSize", "check_group"]
+
+#: One side of a scale group: -1 spans the whole dimension, else a positive size.
+GroupSize = Annotated[int, Field(ge=-1)]
+
+
+class Scale(SpecModel):
+    """How an operand is scaled: `group` = [rows, cols] of elements sharing one scale."""
+
+    dtype: ScaleDType
+    static: bool
+    group: Annotated[list[GroupSize], Field(min_length=2, max_length=2)]
+
+    @model_validator(mode="after")
+    def _no_zero_group(self) -> Scale:
+        if 0 in self.group:
+            raise ValueError(f"group {list(self.group)}: sizes are -1 (whole dimension) or positive, not 0")
+        return self
+
+    def oriented(self, weight: bool) -> tuple[int, int]:
+        """The group as [rows, cols] of the stored operand ([M, K] activation, [N, K] weight).
+
+        The format writes per-channel weight scales as [-1, 1] ("per row of the weight"):
+        one scale per output channel, which in the [N, K] layout is [1, -1].
+        """
+        if weight and tuple(self.group) == (-1, 1):
+            return (1, -1)
+        return (self.group[0], self.group[1])
+
+    def block(self, rows: int, cols: int, weight: bool) -> tuple[int, int]:
+        """The concrete block size [r, c] for a [rows, cols] operand (-1 resolved)."""
+        r, c = self.oriented(weight)
+        return (rows if r == -1 else r, cols if c == -1 else c)
+
+    def count(self, rows: int, cols: int, weight: bool) -> int:
+        """Number of scale values for a [rows, cols] operand (partial blocks round up)."""
+        r, c = self.block(rows, cols, weight)
+        return -(-rows // r) * -(-cols // c)
+
+    @property
+    def kind(self) -> str:
+        """A short name for the layout: tensor, row, col, group or block."""
+        r, c = self.group
+        if (r, c) == (-1, -1):
+            return "tensor"
+        if r == 1 and c == -1:
+            return "row"
+        if r == -1 and c == 1:
+            return "channel"
+        if r == 1:
+            return f"1x{c}"
+        return f"{r}x{c}" if c != -1 else f"{r}x-1"
+
+
+class Operand(SpecModel):
+    """One matrix operand of an op (see the format page, "Operand descriptor")."""
+
+    dtype: ElementDType
+    scale: Optional[Scale] = None
+    scale2: Optional[Scale] = None
+    symmetric: Optional[bool] = None
+    input: Optional[ElementDType] = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Operand:
+        if self.dtype in FLOAT_DTYPES and (self.scale or self.scale2):
+            raise ValueError(f"a {self.dtype} operand carries its values directly and takes no scale")
+        if self.dtype not in FLOAT_DTYPES and self.scale is None:
+            raise ValueError(f"a {self.dtype} operand needs a scale")
+        if self.scale2 is not None and self.scale is None:
+            raise ValueError("scale2 is a second-level scale and needs a scale")
+        if self.symmetric is not None and not self.dtype.startswith("int"):
+            raise ValueError(f"symmetric applies to integer dtypes, not {self.dtype}")
+        return self
+
+    def arrives_as(self, activation: bool) -> str:
+        """The dtype the operand is handed to the op in.
+
+        Activations arrive in bf16 unless `input` says otherwise (the format's default);
+        weights arrive already in their storage dtype, unless their scale is dynamic.
+        """
+        if self.input is not None:
+            return self.input
+        dynamic = self.scale is not None and not self.scale.static
+        return "bf16" if activation or dynamic else self.dtype
+
+    def quantized_in_op(self, activation: bool) -> bool:
+        """True when quantizing this operand (a cast, and the scale when it is dynamic) is timed."""
+        return self.arrives_as(activation) != self.dtype
+
+    def bytes(self, rows: int, cols: int, weight: bool) -> int:
+        """Bytes of the stored operand: elements plus every scale, rounded up to whole bytes."""
+        total_bits = rows * cols * ELEMENT_BITS[self.dtype]
+        for s in (self.scale, self.scale2):
+            if s is not None:
+                total_bits += s.count(rows, cols, weight) * SCALE_BITS[s.dtype]
+        return -(-total_bits // 8)
+
+    def scheme_name(self) -> str:
+        """e.g. `bf16`, `e4m3/fp32:1x128:dyn`."""
+        if self.scale is None:
+            return self.dtype
+        s = self.scale
+        name = f"{self.dtype}/{s.dtype}:{s.kind}{'' if s.static else ':dyn'}"
+        if self.scale2 is not None:
+            name += f"+{self.scale2.dtype}:{self.scale2.kind}"
+        return name
+
+
+def check_group(operand: Operand, dims: tuple[str, int, str, int], what: str, weight: bool = False) -> None:
+    """Refuse a scale group that does not tile the operand; `dims` = (row name, rows, col name, cols).
+
+    The contraction (cols) side must divide exactly: every kernel reads whole groups along K.
+    A weight's row blocks may end partial: DeepSeek's kv_a_proj (N=576) carries
+    ceil(576/128) row blocks in its checkpoint.
+    """
+    row_name, rows, col_name, cols = dims
+    for slot in ("scale", "scale2"):
+        scale = getattr(operand, slot)
+        if scale is None:
+            continue
+        r, c = scale.oriented(weight)
+        if c != -1 and cols % c:
+            raise ValueError(f"{what}.{slot}.group {list(scale.group)} does not divide {col_name}={cols}")
+        if r != -1 and rows % r and not weight:
+            raise ValueError(f"{what}.{slot}.group {list(scale.group)} does not divide {row_name}={rows}")
