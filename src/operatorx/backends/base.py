@@ -31,12 +31,23 @@ class Check:
     bound: float
     rows_checked: int
     reference: str            # what the reference computed, in words
+    checked: bool = True
+    """False when nothing was compared (a user implementation with no reference): the row then
+    says so instead of claiming a result that was never verified."""
 
     @property
     def ok(self) -> bool:
+        if not self.checked:
+            return True                      # nothing to fail; `checked: false` carries the caveat
         return self.rel_error <= self.bound  # NaN compares False: a NaN output never passes
 
+    @classmethod
+    def not_checked(cls, why: str) -> Check:
+        return cls(rel_error=float("nan"), bound=float("nan"), rows_checked=0, reference=why, checked=False)
+
     def to_json(self) -> dict[str, Any]:
+        if not self.checked:
+            return {"checked": False, "reference": self.reference, "ok": None}
         return {"rel_error": self.rel_error, "bound": self.bound, "rows_checked": self.rows_checked,
                 "reference": self.reference, "ok": self.ok}
 
@@ -52,6 +63,9 @@ class Prepared:
     min_bytes: Optional[int] = None
     """Bytes the call must move when the backend knows better than the case alone
     (an MoE layer: the experts its routing actually hit). None: `case.min_bytes()`."""
+    layers: dict[str, Callable[[], Any]] = field(default_factory=dict)
+    """Deeper entry points of the same op on the same inputs, by name (public API, the op called
+    directly, a graph replay...), so host time can be split by layer (`run --host`). Optional."""
 
 
 @runtime_checkable

@@ -51,6 +51,9 @@ def _gemm_perf() -> list[Case]:
         if not cases:
             raise CatalogError(f"gemm_perf: {model} has no role {role} at tp={tp}")
         picked += [_as_bf16(c) for c in cases]
+    # Synthetic (no sources): the square GEMM that reads the card's bf16 matrix ceiling.
+    picked.append(Case.model_validate({"type": "gemm", "sources": [], "args": {
+        "m": 8192, "n": 8192, "k": 8192, "a": {"dtype": "bf16"}, "b": {"dtype": "bf16"}, "out": "bf16"}}))
     return merge_cases(picked)
 
 

@@ -17,7 +17,7 @@ def profile_kernels(fn: Callable[[], Any], calls: int = 3) -> list[dict[str, Any
     from torch.profiler import ProfilerActivity, profile
 
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    with profile(activities=[ProfilerActivity.CUDA], acc_events=True) as prof:
         for _ in range(calls):
             fn()
         torch.cuda.synchronize()

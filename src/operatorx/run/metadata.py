@@ -21,6 +21,8 @@ _ENV_PREFIXES = ("CUDA_", "TORCH_", "PYTORCH_", "NVIDIA_", "CUBLAS", "CUBLASLT",
 
 def git_sha() -> Optional[str]:
     """The sha of the operatorx checkout, when it runs from one; '-dirty' when it has changes."""
+    if os.environ.get("OPERATORX_GIT_SHA"):   # a copy without .git (a device machine) passes it in
+        return os.environ["OPERATORX_GIT_SHA"]
     here = Path(operatorx.__file__).resolve().parent
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True,

@@ -87,11 +87,14 @@ class Operand(SpecModel):
     def arrives_as(self, activation: bool) -> str:
         """The dtype the operand is handed to the op in.
 
-        Activations arrive in bf16 unless `input` says otherwise (the format's default);
-        weights arrive already in their storage dtype, unless their scale is dynamic.
+        Quantized activations arrive in bf16 unless `input` says otherwise (the format's default);
+        weights arrive already in their storage dtype, unless their scale is dynamic. A float
+        operand arrives as itself.
         """
         if self.input is not None:
             return self.input
+        if self.dtype in FLOAT_DTYPES:
+            return self.dtype
         dynamic = self.scale is not None and not self.scale.static
         return "bf16" if activation or dynamic else self.dtype
 

@@ -50,13 +50,23 @@ def recipe_for(args: GemmArgs) -> tuple[Optional[Recipe], str]:
     return recipe, ""
 
 
+def _outer_major(s: torch.Tensor) -> torch.Tensor:
+    """A copy of a 2-D tensor with strides (1, rows), as cuBLASLt reads block scales.
+
+    Built with empty_strided: `.t().contiguous().t()` leaves strides alone when a dimension
+    is 1 (M=1 decode), and torch then refuses the layout.
+    """
+    out = torch.empty_strided(s.shape, (1, s.shape[0]), dtype=s.dtype, device=s.device)
+    return out.copy_(s)
+
+
 def scale_a_layout(recipe: Recipe, s: torch.Tensor) -> torch.Tensor:
     """The activation's scales [M or 1, K blocks or 1] in the layout cuBLASLt reads."""
     if recipe.name == "tensorwise":
         return s.reshape(())
     if recipe.name == "rowwise":
         return s.reshape(-1, 1)
-    return s.t().contiguous().t()            # [M, K/128], M-major (strides (1, M))
+    return _outer_major(s)                   # [M, K/128], strides (1, M)
 
 
 def scale_b_layout(recipe: Recipe, s: torch.Tensor) -> torch.Tensor:
@@ -66,7 +76,7 @@ def scale_b_layout(recipe: Recipe, s: torch.Tensor) -> torch.Tensor:
     if recipe.name == "rowwise":
         return s.reshape(1, -1)
     if recipe.name == "block_1x128_1x128":
-        return s.t().contiguous().t()        # [N, K/128], N-major
+        return _outer_major(s)               # [N, K/128], strides (1, N)
     k_blocks = s.shape[1]
     padded = F.pad(s, (0, -k_blocks % 4))    # cuBLASLt wants K blocks rounded up to 4
     return padded.t()                        # [round4(K/128), N/128], strides (1, round4(K/128))
