@@ -1,0 +1,61 @@
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from operatorx.cli import app
+from tests.conftest import gemm
+
+runner = CliRunner()
+
+
+def test_validate_ok_and_bad(write_testlist):
+    good = write_testlist([gemm()], "good.json")
+    bad = write_testlist([gemm(), None], "bad.json")
+    assert runner.invoke(app, ["testlist", "validate", str(good), "gemm_fp8"]).exit_code == 0
+    r = runner.invoke(app, ["testlist", "validate", str(bad)])
+    assert r.exit_code == 1
+    assert "case 1" in r.output and "null" in r.output
+
+
+def test_show_counts_by_scheme():
+    r = runner.invoke(app, ["testlist", "show", "gemm_fp8"])
+    assert r.exit_code == 0 and "1x128" in r.output
+
+
+def test_run_cpu_then_results(tmp_path, write_testlist):
+    path = write_testlist([gemm(m=2, n=64, k=64), gemm(m=4096, n=4096, k=4096)])
+    db = str(tmp_path / "ox.db")
+    r = runner.invoke(app, ["run", "--testlist", str(path), "--device", "cpu", "--db", db, "--results-dir",
+                            str(tmp_path / "res"), "--min-samples", "3", "--cpu-max-gflop", "1", "--strict"])
+    assert r.exit_code == 0, r.output
+    assert "1 ok, 1 unsupported, 0 error" in r.output
+    assert runner.invoke(app, ["results", "list", "--db", db]).exit_code == 0
+    assert "ok" in runner.invoke(app, ["results", "show", "latest", "--db", db]).output
+    out = tmp_path / "doc.json"
+    assert runner.invoke(app, ["results", "export", "latest", "--format", "json", "-o", str(out), "--db", db]
+                         ).exit_code == 0
+    assert json.loads(out.read_text())["schema_version"] == "1"
+    csv = runner.invoke(app, ["results", "export", "latest", "--format", "csv", "--db", db]).output
+    assert csv.startswith("case_index,")
+
+
+def test_strict_fails_without_ok_rows(tmp_path, write_testlist):
+    path = write_testlist([gemm(m=4096, n=4096, k=4096)])
+    r = runner.invoke(app, ["run", "-t", str(path), "--device", "cpu", "--db", str(tmp_path / "x.db"),
+                            "--results-dir", str(tmp_path / "r"), "--cpu-max-gflop", "1", "--strict"])
+    assert r.exit_code == 1
+
+
+def test_invalid_testlist_exits_nonzero_and_stores_nothing(tmp_path, write_testlist):
+    path = write_testlist([{"type": "gemm", "args": {"m": 1}}])
+    db = tmp_path / "x.db"
+    r = runner.invoke(app, ["run", "-t", str(path), "--device", "cpu", "--db", str(db)])
+    assert r.exit_code == 2 and "nothing was run or stored" in r.output
+    assert not db.exists()
+
+
+def test_unknown_testlist_name(tmp_path):
+    r = runner.invoke(app, ["run", "-t", "no_such_list", "--device", "cpu", "--db", str(tmp_path / "x.db")])
+    assert r.exit_code == 2 and "no shipped testlist" in r.output

@@ -1,0 +1,123 @@
+"""The pipeline on the CPU: testlist → case → backend → measurement → row → store."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from operatorx.backends import Check, Prepared, register_backend
+from operatorx.measure import TimingSettings
+from operatorx.run import RunConfig, run_testlist
+from operatorx.spec import TestlistError
+from operatorx.store import Store
+from tests.conftest import fp8_block, gemm, moe
+
+FAST = TimingSettings(warmup_calls=1, warmup_floor_s=0, first_warmup_floor_s=0, min_samples=3, max_samples=5,
+                      min_time_s=0)
+
+
+def _config(tmp_path, testlist, **kw):
+    return RunConfig(testlist=str(testlist), device="cpu", db=str(tmp_path / "ox.db"),
+                     results_dir=tmp_path / "res", timing=FAST, **kw)
+
+
+def test_cpu_run_stores_every_case(tmp_path, write_testlist):
+    path = write_testlist([gemm(m=2, n=64, k=64), fp8_block(), gemm(m=4, n=64, k=64, a={"dtype": "fp32"},
+                                                                     b={"dtype": "fp32"}, out="fp32")])
+    outcome = run_testlist(_config(tmp_path, path))
+    assert [r.status for r in outcome.rows] == ["ok", "unsupported", "ok"]
+    ok = outcome.rows[0].metrics
+    assert ok["clock"] == "host" and ok["method"] == "host_clock/perf_counter"
+    assert len(ok["samples_us"]) >= 3 and ok["latency_us"] == pytest.approx(sorted(ok["samples_us"])[
+        len(ok["samples_us"]) // 2], rel=0.5)
+    assert ok["check"]["ok"] and ok["tflops"] > 0 and ok["gbps"] > 0
+    assert "fp8 on CPU" in outcome.rows[1].message
+    doc = json.loads(outcome.document_path.read_text())
+    assert doc["run"]["state"] == "finished" and len(doc["rows"]) == 3
+    assert Store(str(tmp_path / "ox.db")).row_count(outcome.run_id) == 3
+
+
+def test_invalid_testlist_runs_and_stores_nothing(tmp_path, write_testlist):
+    path = write_testlist([gemm(), {**gemm(), "args": {**gemm()["args"], "m": "1"}}])
+    with pytest.raises(TestlistError, match="case 1: args.m"):
+        run_testlist(_config(tmp_path, path))
+    assert not (tmp_path / "ox.db").exists()
+    assert not (tmp_path / "res").exists()
+
+
+def test_filter_and_limit(tmp_path, write_testlist):
+    path = write_testlist([gemm(m=1, n=64, k=64), gemm(m=2, n=64, k=64), gemm(m=3, n=128, k=64)])
+    outcome = run_testlist(_config(tmp_path, path, filter="x64x64", limit=1))
+    assert [r.case.args.m for r in outcome.rows] == [1]
+
+
+def test_cpu_work_budget_makes_large_cases_unsupported(tmp_path, write_testlist):
+    path = write_testlist([gemm(m=4096, n=4096, k=4096)])
+    outcome = run_testlist(_config(tmp_path, path, cpu_max_gflop=1))
+    assert outcome.rows[0].status == "unsupported" and "cpu_max_gflop" in outcome.rows[0].message
+
+
+class _Wrong:
+    """A backend whose output is 10% off: its row must be an error, not a timing."""
+
+    name, op_type = "wrong_for_test", "gemm"
+
+    def supports(self, case, device):
+        return None
+
+    def prepare(self, case, device):
+        return Prepared(fn=lambda: None, check=lambda: Check(0.1, 0.01, 4, "planted"))
+
+
+class _Crash:
+    name, op_type = "crash_for_test", "gemm"
+
+    def supports(self, case, device):
+        return None
+
+    def prepare(self, case, device):
+        if case.args.m == 2:
+            raise RuntimeError("device fault (planted)")
+        return Prepared(fn=lambda: None, check=lambda: Check(0.0, 0.01, 1, "planted"))
+
+
+register_backend("wrong_for_test", "gemm", _Wrong)
+register_backend("crash_for_test", "gemm", _Crash)
+
+
+def test_wrong_result_is_an_error_row(tmp_path, write_testlist):
+    outcome = run_testlist(_config(tmp_path, write_testlist([gemm()]), backend="wrong_for_test"))
+    row = outcome.rows[0]
+    assert row.status == "error" and "wrong result" in row.message and "latency_us" not in row.metrics
+
+
+def test_a_failing_case_does_not_stop_the_run(tmp_path, write_testlist):
+    path = write_testlist([gemm(m=1), gemm(m=2), gemm(m=3)])
+    outcome = run_testlist(_config(tmp_path, path, backend="crash_for_test"))
+    assert [r.status for r in outcome.rows] == ["ok", "error", "ok"]
+    assert "device fault" in outcome.rows[1].message
+
+
+def test_an_op_the_backend_lacks_is_unsupported(tmp_path, write_testlist):
+    outcome = run_testlist(_config(tmp_path, write_testlist([moe()]), backend="wrong_for_test"))
+    assert outcome.rows[0].status == "unsupported" and "has no moe op" in outcome.rows[0].message
+
+
+def test_interrupted_run_keeps_finished_rows(tmp_path, write_testlist, monkeypatch):
+    """A crash mid-run loses at most the case in flight."""
+    import operatorx.run.case as case_mod
+
+    path = write_testlist([gemm(m=1, n=64, k=64), gemm(m=2, n=64, k=64), gemm(m=3, n=64, k=64)])
+    real = case_mod.CaseRunner.run
+
+    def run(self, case, index):
+        if index == 2:
+            raise KeyboardInterrupt
+        return real(self, case, index)
+
+    monkeypatch.setattr(case_mod.CaseRunner, "run", run)
+    with pytest.raises(KeyboardInterrupt):
+        run_testlist(_config(tmp_path, path))
+    doc = Store(str(tmp_path / "ox.db")).document("latest")
+    assert doc["run"]["state"] == "interrupted" and len(doc["rows"]) == 2

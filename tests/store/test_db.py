@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+import pytest
+
+from operatorx.result import Row
+from operatorx.spec import Case
+from operatorx.store import RunNotFound, Store, document_csv
+from tests.conftest import gemm
+
+
+def _row(i: int, status: str = "ok") -> Row:
+    case = Case.model_validate({**gemm(m=i + 1), "sources": ["a/b/q_proj"]})
+    return Row(case=case, backend="torch", status=status, testlist="t", case_index=i,  # type: ignore[arg-type]
+               message=None if status == "ok" else "why", metrics={"latency_us": 1.5 * (i + 1), "scheme": "bf16"})
+
+
+def test_rows_are_committed_one_by_one_and_read_back(tmp_path):
+    db = str(tmp_path / "r.db")
+    store = Store(db)
+    store.begin_run("run1", "2026-11-30T00:00:00", "t", "torch", "cpu", {"device": {"name": "x"}})
+    store.add_row("run1", _row(0))
+    # a second connection sees the committed row before the run ends (a crash loses nothing stored)
+    assert Store(db).row_count("run1") == 1
+    store.add_row("run1", _row(1, "unsupported"))
+    store.finish_run("run1", "2026-11-30T00:01:00")
+    doc = Store(db).document("latest")
+    assert doc["schema_version"] == "1" and doc["run"]["state"] == "finished"
+    assert [r["status"] for r in doc["rows"]] == ["ok", "unsupported"]
+    assert doc["rows"][1]["message"] == "why"
+    assert doc["rows"][0]["op"]["sources"] == ["a/b/q_proj"]
+    csv = document_csv(doc)
+    assert csv.splitlines()[0].startswith("case_index,type,m,n,k")
+    assert len(csv.splitlines()) == 3
+
+
+def test_run_prefix_and_missing_run(tmp_path):
+    store = Store(str(tmp_path / "r.db"))
+    store.begin_run("20261130-aaa", "2026-11-30T00:00:00", "t", "torch", "cpu", {})
+    assert store.resolve_run("20261130") == "20261130-aaa"
+    with pytest.raises(RunNotFound):
+        store.resolve_run("nope")
+
+
+def test_sqlalchemy_url_is_accepted(tmp_path):
+    store = Store(f"sqlite:///{tmp_path / 'u.db'}")
+    assert store.list_runs() == []
