@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import FIXTURES, shapes_by_role
 
 from operatorx.catalog import CatalogError, from_config
+
+from conftest import FIXTURES, shapes_by_role
 
 
 def test_dense_gqa_fixture_tp2(fixtures):

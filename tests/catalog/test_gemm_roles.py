@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from conftest import shapes_by_role
-
 from operatorx.catalog import generate
+
+from conftest import shapes_by_role
 
 
 def test_deepseek_v3_mla_tp8():
