@@ -60,27 +60,35 @@ class EventTiming:
         calls, warm_s = warmup(fn, torch.cuda.synchronize, s)
         enqueue_s = self._enqueue_s(fn)
         samples_us: list[float] = []
-        spins = 0
+        spins = spin_short = 0
         wall0 = time.perf_counter()
         reason = None
         while reason is None:
             n = min(s.batch_size, s.max_samples - len(samples_us))
             pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
+            spin_s = 0.0
             if s.spin:
                 spin_s = min(_MAX_SPIN_S, enqueue_s * n * _SPIN_MARGIN)
                 torch.cuda._sleep(int(spin_s * self.sm_clock_hz))
                 spins += 1
+            t0 = time.perf_counter()
             for start, end in pairs:
                 if self._flush is not None:
                     self._flush.zero_()
                 start.record()
                 fn()
                 end.record()
+            batch_enqueue_s = time.perf_counter() - t0
             torch.cuda.synchronize()
+            if s.spin and batch_enqueue_s > spin_s:
+                # the GPU may have drained the queue before the host caught up: size the next spin up
+                spin_short += 1
+                enqueue_s = max(enqueue_s, batch_enqueue_s / n)
             samples_us.extend(start.elapsed_time(end) * 1e3 for start, end in pairs)
             reason = stop_reason(len(samples_us), sum(samples_us) / 1e6, time.perf_counter() - wall0, s)
         details = {"l2_flush": self._flush is not None, "flush_bytes": self.flush_bytes, "spin": s.spin,
-                   "spins": spins, "enqueue_us_per_call": enqueue_s * 1e6, "batch_size": s.batch_size}
+                   "spins": spins, "spin_short_batches": spin_short, "enqueue_us_per_call": enqueue_s * 1e6,
+                   "batch_size": s.batch_size}
         return Measurement(method=self.method, clock="device", samples_us=samples_us,
                            summary=summarize(samples_us), warmup_calls=calls, warmup_s=warm_s,
                            stop_reason=reason, details=details)
