@@ -27,7 +27,15 @@ def _load_builtins() -> None:
 
 
 def get_backend(name: str, op_type: str) -> Backend | None:
-    """The backend instance, or None when `name` has no `op_type` op."""
+    """The backend instance, or None when `name` has no `op_type` op.
+
+    `py:PATH.py:FUNC` and `mod:PKG.MOD:FUNC@DIR` name user code (backends/py_file.py); a bad
+    one raises ValueError.
+    """
+    if name.startswith(("py:", "mod:")):
+        from operatorx.backends.py_file import user_backend
+
+        return user_backend(name, op_type)
     _load_builtins()
     factory = _FACTORIES.get((name, op_type))
     if factory is None:

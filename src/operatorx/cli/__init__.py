@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from operatorx.cli.ab import ab_command
 from operatorx.cli.results import results_app
 from operatorx.cli.run import run_command
 from operatorx.cli.testlist import testlist_app
@@ -13,6 +14,7 @@ __all__ = ["app", "main"]
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Time single inference ops (GEMM, MoE) through the layers serving engines run.")
 app.command("run")(run_command)
+app.command("ab")(ab_command)
 app.add_typer(testlist_app, name="testlist")
 app.add_typer(results_app, name="results")
 

@@ -10,8 +10,9 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from operatorx.measure import TimingSettings
-from operatorx.report import rows_table
+from operatorx.backends.py_file import is_user_spec, load_user_function
+from operatorx.measure import HostTimeSettings, TimingSettings
+from operatorx.report import layers_table, rows_table
 from operatorx.result import Row
 from operatorx.run import RunConfig, run_testlist
 from operatorx.spec import Case, TestlistError
@@ -57,13 +58,21 @@ def run_command(
     no_flush: bool = typer.Option(False, "--no-flush", help="Keep the L2 warm between calls."),
     no_spin: bool = typer.Option(False, "--no-spin", help="No GPU spin ahead of the timed calls."),
     cpu_max_gflop: float = typer.Option(50.0, "--cpu-max-gflop", help="On CPU, larger cases are unsupported."),
+    host: bool = typer.Option(False, "--host", help="Also measure host µs per call, and per layer."),
+    host_batches: int = typer.Option(15, "--host-batches", min=1, help="Host timing: batches (median over them)."),
+    host_batch_calls: int = typer.Option(200, "--host-batch-calls", min=1, help="Host timing: calls per batch."),
+    host_order: str = typer.Option("alternate", "--host-order", help="Host timing: alternate or fixed."),
 ) -> None:
     """Time every case of a testlist; each row is stored when its case ends."""
     try:
         timing = TimingSettings(min_samples=min_samples, max_samples=max(200, min_samples),
                                 warmup_calls=warmup_calls, flush_l2=not no_flush, spin=not no_spin)
+        host_timing = HostTimeSettings(batches=host_batches, batch_calls=host_batch_calls, order=host_order)  # type: ignore[arg-type]
+        if is_user_spec(backend):
+            load_user_function(backend)          # a bad py:/mod: spec fails here, before the run starts
         config = RunConfig(testlist=testlist, backend=backend, device=device, filter=filter_text, limit=limit,
-                           db=db, results_dir=results_dir, timing=timing, cpu_max_gflop=cpu_max_gflop)
+                           db=db, results_dir=results_dir, timing=timing, cpu_max_gflop=cpu_max_gflop,
+                           host=host, host_timing=host_timing)
         outcome = run_testlist(config, _ProgressReporter())
     except TestlistError as err:
         for line in err.problems:
@@ -74,6 +83,9 @@ def run_command(
         _err.print(f"error: {err}")
         raise typer.Exit(2) from err
     _out.print(rows_table([r.to_json() for r in outcome.rows], title=f"run {outcome.run_id} ({testlist}, {backend})"))
+    layers = layers_table([r.to_json() for r in outcome.rows]) if host else None
+    if layers is not None:
+        _out.print(layers)
     ok, unsupported, errors = (outcome.count(s) for s in ("ok", "unsupported", "error"))
     _out.print(f"{ok} ok, {unsupported} unsupported, {errors} error; stored in {db}; "
                f"document {outcome.document_path}")

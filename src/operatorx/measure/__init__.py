@@ -7,4 +7,5 @@ from operatorx.measure.settings import TimingSettings
 from operatorx.measure.stats import summarize
 from operatorx.measure.telemetry import Telemetry
 
-__all__ = ["HostClockTiming", "HostTimeSettings", "HostTiming", "Measurement", "TimingSettings", "summarize", "Telemetry"]
+__all__ = ["HostClockTiming", "HostTimeSettings", "HostTiming", "Measurement", "TimingSettings", "summarize",
+           "Telemetry"]

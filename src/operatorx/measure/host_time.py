@@ -40,6 +40,9 @@ Order = Literal["alternate", "fixed"]
 #: A batch whose closing synchronize takes longer than this (µs), and longer than a tenth of the
 #: batch, ended with the GPU still behind the host.
 _DRAIN_FLOOR_US = 100.0
+#: A batch is "preempted" when its wall time exceeds the thread's CPU time by more than both of these.
+_PREEMPT_SLACK_NS = 20_000
+_PREEMPT_REL = 0.05
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,6 +55,8 @@ class HostTimeSettings:
     """Untimed batches per callable before timing."""
     order: Order = "alternate"
     """`alternate`: the order of the callables rotates batch by batch; `fixed`: always as given."""
+    preempt_retries: int = 2
+    """Take a batch again (at most this many times) when the thread lost the CPU during it."""
     max_wall_s: float = 60.0
     """Budget for the timed batches of one measurement. When the warmup shows that N batches of
     B calls would not fit (a slow call), B is reduced to fit and the reduction is recorded."""
@@ -60,8 +65,8 @@ class HostTimeSettings:
         for name in ("batches", "batch_calls"):
             if getattr(self, name) < 1:
                 raise ValueError(f"host.{name} must be >= 1, got {getattr(self, name)}")
-        if self.warmup_batches < 0 or self.max_wall_s <= 0:
-            raise ValueError("host.warmup_batches must be >= 0 and host.max_wall_s > 0")
+        if self.warmup_batches < 0 or self.preempt_retries < 0 or self.max_wall_s <= 0:
+            raise ValueError("host.warmup_batches and host.preempt_retries must be >= 0, host.max_wall_s > 0")
         if self.order not in ("alternate", "fixed"):
             raise ValueError(f"host.order must be alternate or fixed, got {self.order!r}")
 
@@ -98,6 +103,11 @@ def _sync_for(device_kind: str) -> Callable[[], None]:
     return lambda: None
 
 
+def _preempted(wall_ns: int, cpu_ns: int) -> bool:
+    """The thread was off the CPU for a noticeable part of the interval (another process ran)."""
+    return wall_ns - cpu_ns > max(_PREEMPT_SLACK_NS, _PREEMPT_REL * wall_ns)
+
+
 class HostTiming:
     """Host µs per call by alternating batches; one `Measurement` per callable (clock "host")."""
 
@@ -111,16 +121,31 @@ class HostTiming:
     def measure(self, fn: Callable[[], Any]) -> Measurement:
         return self.measure_interleaved({"fn": fn})["fn"]
 
-    def _batch(self, fn: Callable[[], Any], calls: int) -> tuple[int, int]:
-        """(issue ns, drain ns): the timed calls, then the closing synchronize (not counted)."""
+    def _batch(self, fn: Callable[[], Any], calls: int) -> tuple[int, int, int]:
+        """(issue ns, drain ns, thread CPU ns): the timed calls, then the closing synchronize (not counted)."""
         sync = self._sync
         sync()
+        c0 = time.thread_time_ns()
         t0 = time.perf_counter_ns()
         for _ in range(calls):
             fn()
         t1 = time.perf_counter_ns()
+        c1 = time.thread_time_ns()
         sync()
-        return t1 - t0, time.perf_counter_ns() - t1
+        return t1 - t0, time.perf_counter_ns() - t1, c1 - c0
+
+    def _timed_batch(self, fn: Callable[[], Any], calls: int) -> tuple[int, int, int, int]:
+        """A batch, taken again (up to `preempt_retries` times) while the thread lost the CPU in it.
+
+        Returns (issue ns, drain ns, CPU ns, retries). A batch whose wall time exceeds the thread's
+        CPU time measured the scheduler; one that is still preempted after the retries is kept.
+        """
+        retries = 0
+        issue_ns, drain_ns, cpu_ns = self._batch(fn, calls)
+        while _preempted(issue_ns, cpu_ns) and retries < self.settings.preempt_retries:
+            retries += 1
+            issue_ns, drain_ns, cpu_ns = self._batch(fn, calls)
+        return issue_ns, drain_ns, cpu_ns, retries
 
     def _orders(self, names: list[str]) -> list[list[str]]:
         if self.settings.order == "fixed" or len(names) < 2:
@@ -142,7 +167,7 @@ class HostTiming:
         if not names:
             raise ValueError("nothing to time")
         around = around or {}
-        warnings = mode_warnings()
+        warnings: dict[str, list[str]] = {}
 
         def ctx(name: str) -> AbstractContextManager[Any]:
             return around[name]() if name in around else nullcontext()
@@ -152,7 +177,8 @@ class HostTiming:
         warm_calls = max(1, s.batch_calls * s.warmup_batches)   # one call at least, to size the batches
         for name in names:
             with ctx(name):
-                issue_ns, drain_ns = self._batch(fns[name], warm_calls)
+                warnings[name] = mode_warnings()           # inside the context: a variant may set a mode
+                issue_ns, drain_ns, _ = self._batch(fns[name], warm_calls)
             warm_ns[name] = issue_ns + drain_ns
             per_call_ns[name] = (issue_ns + drain_ns) / warm_calls
         # fit N batches of every callable into the budget: a 50 ms call cannot be called 3,000 times
@@ -161,14 +187,18 @@ class HostTiming:
 
         issue: dict[str, list[int]] = {n: [] for n in names}
         drain: dict[str, list[int]] = {n: [] for n in names}
+        cpu: dict[str, list[int]] = {n: [] for n in names}
+        retries = {n: 0 for n in names}
         first: list[str] = []
         for order in self._orders(names):
             first.append(order[0])
             for name in order:
                 with ctx(name):
-                    i_ns, d_ns = self._batch(fns[name], batch_calls)
+                    i_ns, d_ns, c_ns, r = self._timed_batch(fns[name], batch_calls)
                 issue[name].append(i_ns)
                 drain[name].append(d_ns)
+                cpu[name].append(c_ns)
+                retries[name] += r
 
         out = {}
         for name in names:
@@ -179,8 +209,15 @@ class HostTiming:
                 "batches": s.batches, "batch_calls": batch_calls, "order": s.order, "variants": names,
                 "first_in_batch": first.count(name), "drain_us_median": drain_us,
                 "gpu_paced": self.device_kind == "cuda" and drain_us > max(_DRAIN_FLOOR_US, 0.1 * batch_us),
-                "warnings": list(warnings), "device_kind": self.device_kind,
+                "warnings": warnings[name], "device_kind": self.device_kind,
+                "cpu_us_per_call": [ns / batch_calls / 1e3 for ns in cpu[name]],
+                "preempt_retries": retries[name],
+                "preempted_batches": sum(_preempted(w, c) for w, c in zip(issue[name], cpu[name], strict=True)),
             }
+            if details["preempted_batches"] * 4 > s.batches:
+                details["warnings"] = [*warnings[name], f"the thread lost the CPU in {details['preempted_batches']} "
+                                       f"of {s.batches} batches: host time includes time off the CPU "
+                                       "(a busy machine); cpu_us_per_call is the CPU the calls used"]
             if batch_calls < s.batch_calls:
                 details["batch_calls_reduced_from"] = s.batch_calls
             if self.device_kind != "cuda":

@@ -1,5 +1,5 @@
 """Printers and exporters of results."""
 
-from operatorx.report.table import fmt, rows_table
+from operatorx.report.table import fmt, layers_table, rows_table
 
-__all__ = ["fmt", "rows_table"]
+__all__ = ["fmt", "layers_table", "rows_table"]

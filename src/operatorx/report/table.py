@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 from rich.table import Table
 
-__all__ = ["rows_table", "fmt"]
+__all__ = ["rows_table", "layers_table", "fmt"]
 
 _STATUS_STYLE = {"ok": "green", "unsupported": "yellow", "error": "red"}
 
@@ -30,20 +30,49 @@ def _label(op: dict[str, Any]) -> str:
 
 def rows_table(rows: Iterable[dict[str, Any]], title: Optional[str] = None, message_width: int = 60) -> Table:
     """One line per row of a result document (the JSON form of Row)."""
+    rows = list(rows)
+    with_host = any("host" in r.get("metrics", {}) for r in rows)
     t = Table(title=title, show_lines=False)
-    for name, justify in (("#", "right"), ("case", "left"), ("scheme", "left"), ("status", "left"),
-                          ("latency_us", "right"), ("TFLOP/s", "right"), ("GB/s", "right"), ("% peak", "right"),
-                          ("note", "left")):
+    columns = [("#", "right"), ("case", "left"), ("scheme", "left"), ("status", "left"), ("latency_us", "right")]
+    if with_host:
+        columns.append(("host_us", "right"))
+    for name, justify in (*columns, ("TFLOP/s", "right"), ("GB/s", "right"), ("% peak", "right"), ("note", "left")):
         t.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
     for r in rows:
         m = r.get("metrics", {})
         note = r.get("message") or ""
         if r["status"] == "ok" and m.get("clock") == "host":
             note = "host clock (CPU)"
+        if r["status"] == "ok" and m.get("check", {}).get("checked") is False:
+            note = "output not checked"
         if r["status"] == "ok" and m.get("telemetry", {}).get("capped"):
             note = "clock capped: " + ",".join(m["telemetry"]["capped"])
+        host = m.get("host", {})
+        if host.get("host_bound"):
+            note = "host-bound; " + note
+        if host.get("warnings"):
+            note = "host: " + host["warnings"][0] + "; " + note
         style = _STATUS_STYLE.get(r["status"], "")
-        t.add_row(str(r.get("case_index", "")), _label(r["op"]), m.get("scheme", ""),
-                  f"[{style}]{r['status']}[/{style}]", fmt(m.get("latency_us"), 2), fmt(m.get("tflops")),
-                  fmt(m.get("gbps")), fmt(m.get("pct_peak")), note[:message_width])
+        cells = [str(r.get("case_index", "")), _label(r["op"]), m.get("scheme", ""),
+                 f"[{style}]{r['status']}[/{style}]", fmt(m.get("latency_us"), 2)]
+        if with_host:
+            cells.append(fmt(host.get("host_us_per_call"), 2))
+        t.add_row(*cells, fmt(m.get("tflops")), fmt(m.get("gbps")), fmt(m.get("pct_peak")), note[:message_width])
     return t
+
+
+def layers_table(rows: Iterable[dict[str, Any]]) -> Optional[Table]:
+    """Host µs per call of each layer, one line per (case, layer); None when no row has layers."""
+    t = Table(title="host time by layer", show_lines=False)
+    for name, justify in (("#", "right"), ("case", "left"), ("layer", "left"), ("host_us", "right"),
+                          ("iqr_us", "right"), ("output vs public", "left")):
+        t.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    any_layer = False
+    for r in rows:
+        host = r.get("metrics", {}).get("host", {})
+        for name, info in host.get("layers", {}).items():
+            any_layer = True
+            vs = info.get("error") or info.get("output_vs_public", {}).get("result") or info.get("same_as", "")
+            t.add_row(str(r.get("case_index", "")), _label(r["op"]), name, fmt(info.get("host_us_per_call"), 2),
+                      fmt(info.get("iqr_us"), 2), str(vs)[:80])
+    return t if any_layer else None

@@ -76,6 +76,11 @@ class CaseRunner:
                            f"({check.reference})", check=check.to_json(), backend_meta=prepared.metadata)
             metrics = self._measure(case, prepared)
             metrics["check"] = check.to_json()
+            if self.config.host:
+                from operatorx.run.host import host_metrics
+
+                metrics["host"] = host_metrics(prepared, self.device.kind, self.config.host_timing,
+                                               metrics["latency_us"] if metrics["clock"] == "device" else None)
             return row("ok", **metrics)
         except Unsupported as err:
             return row("unsupported", err.reason)

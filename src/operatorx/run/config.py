@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from operatorx.measure.host_time import HostTimeSettings
 from operatorx.measure.settings import TimingSettings
 
 __all__ = ["RunConfig"]
@@ -28,6 +29,9 @@ class RunConfig:
     """On the CPU device, cases above this much work are `unsupported`: a CPU would take minutes a call."""
     profile_kernels: bool = True
     """Record the GPU kernels each case launches (torch.profiler, untimed)."""
+    host: bool = False
+    """Also measure host µs per call (and per layer) after device timing: `metrics["host"]`."""
+    host_timing: HostTimeSettings = field(default_factory=HostTimeSettings)
 
     def __post_init__(self) -> None:
         if self.limit is not None and self.limit < 1:

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from operatorx.backends.base import Check, Prepared, Unsupported
 from operatorx.backends.refusal import library_refusal
+from operatorx.backends.torch.gemm_layers import float_layers, fp8_layers
 from operatorx.backends.torch.memory import require_memory
 from operatorx.backends.torch.quant import FP8_MAX, dequantize, quantize, torch_dtype
 from operatorx.backends.torch.scaled_mm import recipe_for, scale_a_layout, scale_b_layout
@@ -138,7 +139,8 @@ class TorchGemm:
 
         meta = {"call": "torch.nn.functional.linear", "dtype": args.a.dtype,
                 "allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32) if device == "cuda" else None}
-        return Prepared(fn=fn, check=check, metadata=meta, release=state.clear)
+        return Prepared(fn=fn, check=check, metadata=meta, release=state.clear,
+                        layers=float_layers(fn, state, device))
 
     # --- fp8 ----------------------------------------------------------------------------------
     def _prepare_fp8(self, args: GemmArgs, device: str, gen: torch.Generator) -> Prepared:
@@ -222,6 +224,6 @@ class TorchGemm:
                 "scaling": [recipe.a, recipe.b], "activation_quant":
                 "dynamic, timed" if dynamic else "static scale, timed cast" if static_quant else "pre-quantized",
                 "ue8m0_as_pow2_fp32": a_scale.dtype == "ue8m0" or b_op.scale.dtype == "ue8m0"}
-        return Prepared(fn=fn, check=check, metadata=meta, release=state.clear)
-
-
+        layers = fp8_layers(fn, quant_a, state, lambda sa: scale_a_layout(recipe, sa), (scaling_a, scaling_b),
+                            out_dt, device)
+        return Prepared(fn=fn, check=check, metadata=meta, release=state.clear, layers=layers)

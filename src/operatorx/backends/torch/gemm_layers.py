@@ -3,7 +3,9 @@
 Each layer is the same op on the same prepared tensors, entered lower down:
 - the public call (`F.linear`, `F.scaled_mm`): Python argument parsing, checks, list packing;
 - the aten op called directly with its arguments filled in once (`torch.ops.aten.addmm`/`mm`,
-  `torch._scaled_mm`, `torch.ops.aten._scaled_mm_v2`): the dispatcher and the kernel launch;
+  `torch._scaled_mm`, `torch.ops.aten._scaled_mm_v2`): the dispatcher and the kernel launch.
+  `torch.ops.aten.X.default` goes through OpOverload.__call__ in Python and can cost more than
+  the public call; `torch.mm`/`torch.addmm` (C bindings) are listed beside it for that reason;
 - a CUDA-graph replay of the public call (CUDA only): what is left when Python is gone.
 Anything a layer cannot do raises when called; the runner records that layer's error.
 """
@@ -14,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 __all__ = ["float_layers", "fp8_layers", "GraphReplay"]
 
@@ -49,7 +52,7 @@ class GraphReplay:
 
 
 def float_layers(public: Callable[[], Any], state: dict[str, Any], device: str) -> dict[str, Callable[[], Any]]:
-    """F.linear → aten addmm/mm (weight transposed once, outside) → graph replay."""
+    """public (F.linear) → aten.linear → aten addmm/mm (weight transposed once, outside) → graph replay."""
     aten = torch.ops.aten
 
     def aten_linear() -> Any:
@@ -61,64 +64,57 @@ def float_layers(public: Callable[[], Any], state: dict[str, Any], device: str) 
             return aten.addmm.default(state["bias"], state["a"], b_t)
         return aten.mm.default(state["a"], b_t)
 
+    def torch_mm() -> Any:                                   # the C binding, no OpOverload in Python
+        b_t = state.setdefault("b_t", state["b"].t())
+        if state["bias"] is not None:
+            return torch.addmm(state["bias"], state["a"], b_t)
+        return torch.mm(state["a"], b_t)
+
+    with_bias = state["bias"] is not None
     layers: dict[str, Callable[[], Any]] = {
-        "F.linear": public,
+        "public": public,
         "aten.linear": aten_linear,
-        "aten.addmm" if state["bias"] is not None else "aten.mm": aten_mm,
+        "aten.addmm" if with_bias else "aten.mm": aten_mm,
+        "torch.addmm" if with_bias else "torch.mm": torch_mm,
     }
     if device == "cuda":
         layers["cuda_graph.replay"] = GraphReplay(public, state)
     return layers
 
 
-def fp8_layers(public: Callable[[], Any], quant_a: Callable[[], Any], matmul: Callable[[Any, Any], Any],
-               state: dict[str, Any], scale_a_layout: Callable[[Any], Any], scaling: tuple[Any, Any],
-               out_dtype: torch.dtype, quant_timed: bool, device: str) -> dict[str, Callable[[], Any]]:
-    """[quant +] F.scaled_mm → F.scaled_mm alone → torch._scaled_mm → aten._scaled_mm_v2 → graph replay.
+def fp8_layers(public: Callable[[], Any], quant_a: Callable[[], Any], state: dict[str, Any],
+               scale_a_layout: Callable[[Any], Any], scaling: tuple[Any, Any], out_dtype: torch.dtype,
+               device: str) -> dict[str, Callable[[], Any]]:
+    """public (activation quant when timed, scale layout, F.scaled_mm) → F.scaled_mm →
+    torch._scaled_mm → aten._scaled_mm_v2 → graph replay.
 
-    Below the public call the activation is quantized once, outside: those layers time the
-    matmul's own path. `torch._scaled_mm` infers the recipe from the scale shapes and may refuse
-    a recipe `F.scaled_mm` takes; its error is then this layer's result.
+    Below the public call the activation is quantized and its scales laid out once, outside:
+    those layers time the matmul's own path. `torch._scaled_mm` infers the recipe from the scale
+    shapes and may refuse one `F.scaled_mm` takes; its error is then this layer's result.
     """
-    def prequantized() -> tuple[Any, Any]:
-        if "layers_aq" not in state:
-            aq, sa = quant_a()
-            state["layers_aq"], state["layers_sa"] = aq, scale_a_layout(sa)
-        return state["layers_aq"], state["layers_sa"]
-
-    def v2_args() -> tuple[Any, ...]:
+    def prepacked() -> tuple[Any, ...]:
         if "layers_v2_args" not in state:
-            aq, sa = prequantized()
+            aq, sa = quant_a()
+            sa = scale_a_layout(sa)
             rec_a, rec_b = (int(s.value) for s in scaling)
             state["layers_v2_args"] = (aq, state["bq_t"], [sa], [rec_a], [], [state["sb"]], [rec_b], [],
                                        state["bias"], out_dtype, [], False)
         return state["layers_v2_args"]
 
-    def scaled_mm_only() -> Any:
-        aq, _ = prequantized()
-        return matmul(aq, state["layers_raw_sa"]) if "layers_raw_sa" in state else _raw_matmul()
-
-    def _raw_matmul() -> Any:
-        aq, sa = quant_a()                                  # once: keep the unlaid-out scale too
-        state["layers_raw_sa"] = sa
-        state.setdefault("layers_aq", aq)
-        return matmul(state["layers_aq"], sa)
+    def f_scaled_mm() -> Any:
+        aq, bq_t, (sa,), _, _, (sb,), *_ = prepacked()
+        return F.scaled_mm(aq, bq_t, sa, scaling[0], sb, scaling[1], bias=state["bias"], output_dtype=out_dtype)
 
     def scaled_mm_v1() -> Any:
-        aq, sa = prequantized()
-        return torch._scaled_mm(aq, state["bq_t"], sa, state["sb"], bias=state["bias"], out_dtype=out_dtype)
+        aq, bq_t, (sa,), _, _, (sb,), *_ = prepacked()
+        return torch._scaled_mm(aq, bq_t, sa, sb, bias=state["bias"], out_dtype=out_dtype)
 
     def scaled_mm_v2() -> Any:
-        return torch.ops.aten._scaled_mm_v2.default(*v2_args())
+        return torch.ops.aten._scaled_mm_v2.default(*prepacked())
 
-    layers: dict[str, Callable[[], Any]] = {}
-    if quant_timed:
-        layers["quant+F.scaled_mm"] = public
-        layers["F.scaled_mm"] = scaled_mm_only
-    else:
-        layers["F.scaled_mm"] = public
-    layers["torch._scaled_mm"] = scaled_mm_v1
-    layers["aten._scaled_mm_v2"] = scaled_mm_v2
+    layers: dict[str, Callable[[], Any]] = {"public": public,
+                                            "F.scaled_mm": f_scaled_mm, "torch._scaled_mm": scaled_mm_v1,
+                                            "aten._scaled_mm_v2": scaled_mm_v2}
     if device == "cuda":
         layers["cuda_graph.replay"] = GraphReplay(public, state)
     return layers

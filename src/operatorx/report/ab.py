@@ -1,0 +1,37 @@
+"""The A/B table: per case, each clock's two medians, the difference with its interval, the verdict."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Optional
+
+from rich.markup import escape
+from rich.table import Table
+
+from operatorx.report.table import fmt
+
+__all__ = ["ab_table"]
+
+_VERDICT_STYLE = {"faster": "green", "slower": "red", "same": "", "inconclusive": "yellow"}
+
+
+def _clock(d: Optional[dict[str, Any]]) -> list[str]:
+    if not d:
+        return ["-", "-", "-", "-"]
+    style = _VERDICT_STYLE.get(d["verdict"], "")
+    verdict = f"[{style}]{d['verdict']}[/{style}]" if style else d["verdict"]
+    diff = f"{d['diff_us']:+.2f} [{d['ci_low_us']:+.2f}, {d['ci_high_us']:+.2f}]"
+    return [fmt(d["a_us"], 2), fmt(d["b_us"], 2), diff, verdict]
+
+
+def ab_table(results: Iterable[dict[str, Any]], title: Optional[str] = None) -> Table:
+    """One line per case of `ABResult.to_json()`; differences are B − A in µs with the CI."""
+    t = Table(title=title)
+    for name in ("case", "status", "host A", "host B", "host B−A [CI]", "host", "dev A", "dev B",
+                 "dev B−A [CI]", "device", "outputs"):
+        t.add_column(name, justify="left" if name in ("case", "status", "outputs") else "right",
+                     overflow="fold")
+    for r in results:
+        outputs = (r.get("outputs") or {}).get("result", "") if r["status"] == "ok" else (r.get("message") or "")
+        t.add_row(r["label"], r["status"], *_clock(r.get("host")), *_clock(r.get("device")), escape(outputs[:60]))
+    return t

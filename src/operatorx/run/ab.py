@@ -1,0 +1,170 @@
+"""A/B: two implementations of each case in one process, on the same inputs, batch by batch.
+
+Why one process and alternating batches: two separate runs differ in clocks, thermal state,
+allocator and import state by more than the few µs an A/B is usually about. Here, for each case:
+1. both sides prepare (each under its own settings) and run their own check;
+2. their outputs are compared once (bitwise, within tolerance, or different) — a speed
+   difference between two different results is reported next to that fact, never alone;
+3. host time: batches of A and B alternate (A,B then B,A ...), measure/host_time.py;
+4. device time (CUDA): rounds of CUDA-event batches (method A: spin + L2 flush), alternating
+   the same way; each round gives one median per side;
+5. per clock, the paired difference with a bootstrap interval and a verdict (run/ab_stats.py).
+Inputs are the same when both sides build them from the case seed (the torch backend does;
+user code does with `gemm_inputs`); the output comparison shows whether they did.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from operatorx.backends import Prepared, Unsupported
+from operatorx.measure.host_time import HostTimeSettings, HostTiming
+from operatorx.measure.settings import TimingSettings
+from operatorx.run.ab_spec import Side
+from operatorx.run.ab_stats import paired_difference
+from operatorx.run.compare import compare_outputs
+from operatorx.spec import Case
+
+__all__ = ["ABSettings", "ABResult", "run_ab_case"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ABSettings:
+    host: HostTimeSettings = field(default_factory=HostTimeSettings)
+    device_rounds: int = 15
+    """CUDA only: alternating rounds of event-timed batches; one median per side per round."""
+    device_round_calls: int = 32
+    timing: TimingSettings = field(default_factory=TimingSettings)
+    """Warmup and method-A switches (spin, L2 flush) for device time."""
+    confidence: float = 0.95
+    same_within_rel: float = 0.01
+    """A difference below this fraction of A's time gets the verdict `same` even when resolved."""
+
+    def __post_init__(self) -> None:
+        if self.device_rounds < 2 or self.device_round_calls < 1:
+            raise ValueError("ab: device_rounds must be >= 2 and device_round_calls >= 1")
+        if not 0 < self.confidence < 1 or self.same_within_rel < 0:
+            raise ValueError("ab: confidence in (0, 1), same_within_rel >= 0")
+
+
+@dataclass
+class ABResult:
+    case: Case
+    status: str                                  # "ok", "unsupported" or "error"
+    message: Optional[str] = None
+    sides: dict[str, Any] = field(default_factory=dict)      # per side: spec, check, metadata, reason
+    outputs: Optional[dict[str, Any]] = None
+    host: Optional[dict[str, Any]] = None
+    device: Optional[dict[str, Any]] = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"case": self.case.to_json(), "label": self.case.label(), "status": self.status,
+                "message": self.message, "sides": self.sides, "outputs": self.outputs,
+                "host": self.host, "device": self.device}
+
+
+def _prepare(side: Side, case: Case, device: str) -> tuple[Optional[Prepared], dict[str, Any]]:
+    info: dict[str, Any] = {"spec": side.spec}
+    backend = side.backend(case.type)
+    if backend is None:
+        info["unsupported"] = f"backend {side.base!r} has no {case.type} op"
+        return None, info
+    reason = backend.supports(case, device)
+    if reason is not None:
+        info["unsupported"] = reason
+        return None, info
+    try:
+        with side.context():
+            prepared = backend.prepare(case, device)
+            check = prepared.check()
+    except Unsupported as err:
+        info["unsupported"] = err.reason
+        return None, info
+    info["check"] = check.to_json()
+    info["metadata"] = dict(prepared.metadata)
+    if not check.ok:
+        info["error"] = f"wrong result: relative error {check.rel_error:.3g} > bound {check.bound:.3g}"
+    return prepared, info
+
+
+def _device_rounds(fns: dict[str, Callable[[], Any]], sides: dict[str, Side], settings: ABSettings,
+                   device: str) -> dict[str, list[float]]:
+    """CUDA: per round, one event-timed batch per side in alternating order; the batch medians."""
+    from dataclasses import replace
+
+    import torch
+
+    from operatorx.measure.events import EventTiming
+    from operatorx.measure.loop import warmup
+    from operatorx.measure.telemetry import Telemetry
+    from operatorx.platform import describe_device
+
+    info, telemetry = describe_device(device), Telemetry(0)
+    n = settings.device_round_calls
+    round_settings = replace(settings.timing, warmup_calls=1, warmup_floor_s=0.0, first_warmup_floor_s=0.0,
+                             min_samples=n, max_samples=n, batch_size=n, min_time_s=0.0, throttle_retries=0)
+    timer = EventTiming(round_settings, info.l2_bytes, telemetry.max_sm_clock_hz() or 2.0e9)
+    for name, fn in fns.items():
+        with sides[name].context():
+            warmup(fn, torch.cuda.synchronize, settings.timing)
+    names = list(fns)
+    medians: dict[str, list[float]] = {name: [] for name in names}
+    for i in range(settings.device_rounds):
+        for name in (names if i % 2 == 0 else names[::-1]):
+            with sides[name].context():
+                medians[name].append(timer.measure(fns[name]).latency_us)
+    return medians
+
+
+def run_ab_case(case: Case, a: Side, b: Side, device: str, settings: ABSettings) -> ABResult:
+    """One case through both sides; every failure ends as this case's result, never the run's."""
+    sides = {"a": a, "b": b}
+    result = ABResult(case=case, status="ok")
+    prepared: dict[str, Prepared] = {}
+    try:
+        for name, side in sides.items():
+            p, info = _prepare(side, case, device)
+            result.sides[name] = info
+            if p is not None:
+                prepared[name] = p
+        problems = [f"{n}: {i[k]}" for n, i in result.sides.items() for k in ("unsupported", "error") if k in i]
+        if problems:
+            result.status = "error" if any("error" in i for i in result.sides.values()) else "unsupported"
+            result.message = "; ".join(problems)
+            return result
+        fns = {name: p.fn for name, p in prepared.items()}
+        outs = {}
+        for name, fn in fns.items():
+            with sides[name].context():
+                outs[name] = fn()
+        result.outputs = compare_outputs(outs["b"], outs["a"])
+        del outs
+        around = {name: side.context for name, side in sides.items()}
+        host = HostTiming(settings.host, device).measure_interleaved(fns, around=around)
+        diff = paired_difference(host["a"].samples_us, host["b"].samples_us, settings.confidence,
+                                 settings.same_within_rel)
+        result.host = {**diff.to_json(), "batch_us_per_call": {n: m.samples_us for n, m in host.items()},
+                       "iqr_us": {n: m.summary["iqr"] for n, m in host.items()},
+                       "batch_calls": host["a"].details["batch_calls"],
+                       "warnings": {n: m.details["warnings"] for n, m in host.items() if m.details["warnings"]},
+                       "gpu_paced": {n: m.details["gpu_paced"] for n, m in host.items()}}
+        if device == "cuda":
+            rounds = _device_rounds(fns, sides, settings, device)
+            dd = paired_difference(rounds["a"], rounds["b"], settings.confidence, settings.same_within_rel)
+            result.device = {**dd.to_json(), "round_median_us": rounds,
+                             "round_calls": settings.device_round_calls, "method": "cuda_events/spin+flush"}
+        else:
+            result.device = None
+            result.sides["note"] = "CPU device: no separate device clock; host time is the whole call"
+    except Exception as err:  # noqa: BLE001 - the case's result says what failed
+        result.status = "error"
+        result.message = f"{type(err).__name__}: {str(err).strip()[:500]}"
+        result.sides["traceback"] = traceback.format_exc(limit=6)
+    finally:
+        for p in prepared.values():
+            if p.release is not None:
+                p.release()
+    return result

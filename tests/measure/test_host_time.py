@@ -1,0 +1,97 @@
+"""Host time per call: a planted busy-wait must come out at its size; the traps must be reported."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from operatorx.measure.host_time import HostTimeSettings, HostTiming, active_function_modes, mode_warnings
+
+
+def busy(us: float):
+    """A callable that spins `us` µs on the host clock (perf_counter_ns: no sleep granularity)."""
+    ns, now = int(us * 1000), time.perf_counter_ns
+
+    def call() -> None:
+        end = now() + ns
+        while now() < end:
+            pass
+    return call
+
+
+def test_host_us_per_call_matches_a_planted_cost() -> None:
+    # batches of 0.4 ms: short enough that a busy 2-core machine rarely preempts one, and the
+    # strategy takes a preempted batch again
+    m = HostTiming(HostTimeSettings(batches=21, batch_calls=20, preempt_retries=3)).measure(busy(20.0))
+    assert m.clock == "host" and m.stop_reason == "batches"
+    assert len(m.samples_us) == 21 and len(m.details["cpu_us_per_call"]) == 21  # every batch kept
+    assert 20.0 <= m.summary["median"] < 20.5             # the wait plus a call's overhead, no more
+    assert m.details["batch_calls"] == 20 and m.details["gpu_paced"] is False
+
+
+def test_a_preempted_batch_is_taken_again() -> None:
+    calls = iter(range(10**6))
+
+    def sometimes_sleeps() -> None:
+        if next(calls) == 45:                            # inside the first timed batch (after 40 warmup calls)
+            time.sleep(0.002)                            # off the CPU: wall time, no CPU time
+    m = HostTiming(HostTimeSettings(batches=5, batch_calls=40)).measure(sometimes_sleeps)
+    assert m.details["preempt_retries"] == 1 and m.details["preempted_batches"] == 0
+    assert max(m.samples_us) < 20                        # the 2 ms sleep is in no kept batch
+
+
+def test_batches_alternate_and_are_synchronized_outside_the_timed_interval() -> None:
+    log: list[str] = []
+    syncs: list[int] = []
+    timing = HostTiming(HostTimeSettings(batches=6, batch_calls=3, warmup_batches=1))
+    timing._sync = lambda: syncs.append(len(log))        # noqa: SLF001 - record when syncs happen
+    out = timing.measure_interleaved({"a": lambda: log.append("a"), "b": lambda: log.append("b")})
+    timed = log[6:]                                      # after one warmup batch of 3 calls each
+    firsts = [timed[i] for i in range(0, len(timed), 6)]
+    assert firsts == ["a", "b", "a", "b", "a", "b"]      # the order rotates batch by batch
+    assert all(s % 3 == 0 for s in syncs)                # never inside a batch
+    assert len(syncs) == 2 * (2 + 2 * 6)                  # before and after every batch, warmup included
+    assert out["a"].details["first_in_batch"] == 3 and out["b"].details["first_in_batch"] == 3
+
+
+def test_fixed_order_keeps_the_given_order() -> None:
+    log: list[str] = []
+    HostTiming(HostTimeSettings(batches=4, batch_calls=1, warmup_batches=0, order="fixed")).measure_interleaved(
+        {"a": lambda: log.append("a"), "b": lambda: log.append("b")})
+    assert log[2:] == ["a", "b"] * 4
+
+
+def test_slow_calls_get_smaller_batches_and_say_so() -> None:
+    m = HostTiming(HostTimeSettings(batches=3, batch_calls=200, warmup_batches=0, max_wall_s=0.05)).measure(
+        busy(1000.0))
+    assert m.details["batch_calls"] < 200 and m.details["batch_calls_reduced_from"] == 200
+
+
+def test_set_default_device_is_detected_and_warned() -> None:
+    assert mode_warnings() == []
+    torch.set_default_device("cpu")
+    try:
+        assert any(name.endswith("DeviceContext") for name in active_function_modes())
+        m = HostTiming(HostTimeSettings(batches=3, batch_calls=5)).measure(lambda: torch.zeros(1))
+    finally:
+        torch.set_default_device(None)
+    assert any("set_default_device" in w for w in m.details["warnings"])
+    assert mode_warnings() == []
+
+
+@pytest.mark.parametrize("field,value", [("batches", 0), ("batch_calls", 0), ("order", "random")])
+def test_bad_settings_are_refused(field: str, value: object) -> None:
+    with pytest.raises(ValueError, match=field):
+        HostTimeSettings(**{field: value})
+
+
+@pytest.mark.gpu
+def test_cuda_host_time_of_a_launch_is_below_a_gpu_paced_batch() -> None:
+    x = torch.ones(16, device="cuda")
+    m = HostTiming(HostTimeSettings(), "cuda").measure(lambda: x.add_(1))
+    assert 0.5 < m.summary["median"] < 100 and m.details["gpu_paced"] is False
+    slow = HostTiming(HostTimeSettings(batches=3, batch_calls=50), "cuda").measure(
+        lambda: torch.cuda._sleep(2_000_000))   # ~1 ms of GPU spin per call: the GPU sets the pace
+    assert slow.details["gpu_paced"] is True

@@ -1,0 +1,162 @@
+"""A/B: a planted host cost must be found at its size; identical sides must not differ."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from operatorx.measure.host_time import HostTimeSettings
+from operatorx.run.ab import ABSettings, run_ab_case
+from operatorx.run.ab_spec import parse_side
+from operatorx.run.ab_stats import paired_difference
+from operatorx.spec import Case
+
+PLANTED_US = 5.0
+VARIANTS = textwrap.dedent('''
+    import time
+    import torch.nn.functional as F
+    from operatorx.backends.py_file import gemm_inputs
+
+    def variant(case, device, spin_us=0.0, scale=1.0):
+        x = gemm_inputs(case, device)
+        a, b = x["a"], x["b"]
+        spin_ns, now = int(spin_us * 1000), time.perf_counter_ns
+
+        def call():
+            if spin_ns:                      # the planted host cost: a busy-wait on the host clock
+                end = now() + spin_ns
+                while now() < end:
+                    pass
+            out = F.linear(a, b)
+            return out * scale if scale != 1.0 else out
+        return call
+
+    def unchecked(case, device, scale=1.0):
+        import torch
+        gen = torch.Generator().manual_seed(0)           # its own inputs: no reference, no check
+        a, b = torch.randn(1, 64, generator=gen), torch.randn(64, 64, generator=gen)
+        return lambda: F.linear(a, b) * scale
+''')
+# fp32, tiny: F.linear costs a few µs on any CPU, so the planted 5 µs dominates nothing but itself
+CASE = Case.model_validate({"type": "gemm", "sources": ["test/ab"], "args": {
+    "m": 1, "n": 64, "k": 64, "a": {"dtype": "fp32"}, "b": {"dtype": "fp32"}, "out": "fp32"}})
+# enough paired batches that a 2-core CI machine's preemptions stay outliers
+SETTINGS = ABSettings(host=HostTimeSettings(batches=41, batch_calls=200))
+
+
+@pytest.fixture
+def variants(tmp_path: Path) -> str:
+    p = tmp_path / "variants.py"
+    p.write_text(VARIANTS)
+    return f"py:{p}:variant"
+
+
+def test_a_planted_host_cost_is_found_at_its_size(variants: str) -> None:
+    r = run_ab_case(CASE, parse_side(variants), parse_side(f"{variants}[spin_us={PLANTED_US}]"), "cpu", SETTINGS)
+    assert r.status == "ok", r.message
+    h = r.host
+    assert h is not None and h["verdict"] == "slower"
+    assert abs(h["diff_us"] - PLANTED_US) < 0.5, h
+    assert h["ci_low_us"] > 0 and h["pairs"] == 41
+    assert r.outputs == {"result": "bitwise"}            # the wait changes time, not the result
+    assert r.device is None                              # CPU: no separate device clock, and it says so
+
+
+def test_the_planted_cost_is_found_when_it_sits_on_side_a(variants: str) -> None:
+    r = run_ab_case(CASE, parse_side(f"{variants}[spin_us={PLANTED_US}]"), parse_side(variants), "cpu", SETTINGS)
+    assert r.host is not None and r.host["verdict"] == "faster"
+    assert abs(r.host["diff_us"] + PLANTED_US) < 0.5, r.host
+
+
+def test_identical_sides_do_not_differ(variants: str) -> None:
+    r = run_ab_case(CASE, parse_side(variants), parse_side(f"{variants}[spin_us=0]"), "cpu", SETTINGS)
+    assert r.host is not None and abs(r.host["diff_us"]) < 0.5
+    assert r.host["verdict"] in ("same", "inconclusive") or abs(r.host["rel_diff"]) < 0.1
+
+
+def test_different_outputs_are_reported(variants: str) -> None:
+    unchecked = variants.replace(":variant", ":unchecked")
+    r = run_ab_case(CASE, parse_side(unchecked), parse_side(f"{unchecked}[scale=1.5]"), "cpu",
+                    ABSettings(host=HostTimeSettings(batches=3, batch_calls=5)))
+    assert r.status == "ok" and r.sides["a"]["check"]["checked"] is False
+    assert r.outputs is not None and r.outputs["result"] == "different" and r.outputs["rel_error"] > 0.4
+
+
+def test_a_side_that_fails_its_check_is_not_timed(variants: str) -> None:
+    r = run_ab_case(CASE, parse_side(variants), parse_side(f"{variants}[scale=1.5]"), "cpu", SETTINGS)
+    assert r.status == "error" and "b: wrong result" in (r.message or "") and r.host is None
+
+
+def test_torch_against_user_code_on_the_same_inputs_is_bitwise(variants: str) -> None:
+    r = run_ab_case(CASE, parse_side("torch"), parse_side(variants), "cpu",
+                    ABSettings(host=HostTimeSettings(batches=3, batch_calls=5)))
+    assert r.status == "ok" and r.outputs == {"result": "bitwise"}
+
+
+def test_set_default_device_on_one_side_is_warned_and_costs_host_time() -> None:
+    r = run_ab_case(CASE, parse_side("torch"), parse_side("torch[default_device=cpu]"), "cpu", SETTINGS)
+    assert r.host is not None
+    assert "b" in r.host["warnings"] and "a" not in r.host["warnings"]
+    assert r.host["verdict"] == "slower"                 # the mode intercepts every torch call
+    import torch
+
+    assert torch.get_default_device() == torch.device("cpu") and not r.host["warnings"].get("a")
+
+
+def test_unknown_settings_and_backends_are_refused() -> None:
+    with pytest.raises(ValueError, match="unknown setting"):
+        parse_side("torch[turbo=1]")
+    with pytest.raises(ValueError, match="no backend"):
+        parse_side("nosuch")
+
+
+def test_unsupported_side_makes_an_unsupported_result(variants: str) -> None:
+    fp8 = Case.model_validate({"type": "gemm", "sources": ["t/x"], "args": {
+        "m": 1, "n": 128, "k": 128, "out": "bf16",
+        "a": {"dtype": "e4m3", "scale": {"dtype": "fp32", "static": False, "group": [1, 128]}},
+        "b": {"dtype": "e4m3", "scale": {"dtype": "fp32", "static": True, "group": [128, 128]}}}})
+    r = run_ab_case(fp8, parse_side("torch"), parse_side(variants), "cpu", SETTINGS)
+    assert r.status == "unsupported" and "a: fp8 on CPU" in (r.message or "")
+
+
+def test_paired_difference_finds_a_shift_and_not_noise() -> None:
+    rng = np.random.default_rng(0)
+    a = 10 + rng.normal(0, 0.3, 31)
+    shifted = paired_difference(a, a + 2 + rng.normal(0, 0.3, 31))
+    assert shifted.verdict == "slower" and shifted.ci_low_us < 2 < shifted.ci_high_us
+    same = paired_difference(a, a + rng.normal(0, 0.01, 31), same_within_rel=0.01)
+    assert same.verdict == "same" and same.ci_low_us < 0 < same.ci_high_us
+    noisy = paired_difference(a, a + rng.normal(0, 3, 31))
+    assert noisy.verdict == "inconclusive"
+
+
+def test_cli_ab_runs_and_writes_json(tmp_path: Path, variants: str) -> None:
+    from typer.testing import CliRunner
+
+    from operatorx.cli import app
+
+    tl = tmp_path / "tl.json"
+    tl.write_text(json.dumps([CASE.to_json()]))
+    out = tmp_path / "ab.json"
+    res = CliRunner().invoke(app, ["ab", "--a", variants, "--b", f"{variants}[spin_us=3]", "-t", str(tl),
+                                   "--device", "cpu", "--batches", "9", "--batch-calls", "50", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    assert doc["results"][0]["host"]["verdict"] == "slower" and "spin_us=3" in res.output
+
+
+@pytest.mark.gpu
+def test_cuda_ab_gives_host_and_device_differences() -> None:
+    case = Case.model_validate({"type": "gemm", "sources": ["t/x"], "args": {
+        "m": 1, "n": 7168, "k": 2048, "a": {"dtype": "bf16"}, "b": {"dtype": "bf16"}, "out": "bf16"}})
+    r = run_ab_case(case, parse_side("torch"), parse_side("torch[default_device=cuda]"), "cuda",
+                    ABSettings(host=HostTimeSettings(batches=15, batch_calls=200)))
+    assert r.status == "ok", r.message
+    assert r.host is not None and r.device is not None
+    assert r.outputs is not None and r.outputs["result"] in ("bitwise", "within_tolerance")
+    assert r.host["verdict"] == "slower"                 # the default-device mode costs host time
+    assert len(r.device["round_median_us"]["a"]) == 15 and r.device["a_us"] > 0
