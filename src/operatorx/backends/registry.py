@@ -24,6 +24,7 @@ def _load_builtins() -> None:
     if not _LOADED:
         _LOADED = True
         from operatorx.backends import torch as _torch  # noqa: F401  (registers on import)
+        from operatorx.backends import vllm as _vllm  # noqa: F401  (imports vLLM only when a case is prepared)
 
 
 def get_backend(name: str, op_type: str) -> Backend | None:

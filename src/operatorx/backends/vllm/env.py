@@ -1,0 +1,173 @@
+"""vLLM outside an engine: one process-wide config and single-rank distributed state.
+
+Importing this module does not import vLLM. `vllm_missing()` answers whether it can be imported;
+`VllmEnv.get()` does the one-time setup the first time a case is prepared:
+
+- a `VllmConfig` with a `model_config` stand-in (dtype bf16, `hf_text_config.model_type`,
+  `is_moe`, `quantization_config`: the fields layers read outside an engine) and
+  `custom_ops=["all"]`, so activation quantization runs vLLM's CUDA custom ops (an engine
+  gets fused Triton kernels from torch.compile instead; this is the eager equivalent);
+- `init_distributed_environment` on a free loopback port + `initialize_model_parallel(1, 1)`
+  (every vLLM parameter reads the TP rank, even replicated ones);
+- the workspace manager every modular MoE kernel allocates from.
+
+`case_scope()` is entered once per prepared case: the config is current and the default dtype is
+bf16 (vLLM's loader sets it; params_dtype and fp8 out_dtype follow it) until the case is released.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+import os
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from types import SimpleNamespace
+from typing import Any, Optional
+
+from operatorx.backends.vllm.quant_map import MAX_CAPTURE_SIZE, SELECTION_ENV, QuantConfigSpec, capture_sizes
+
+__all__ = ["vllm_missing", "vllm_version", "VllmEnv", "selection_env", "build_quant_config"]
+
+
+@functools.lru_cache(maxsize=1)
+def vllm_missing() -> Optional[str]:
+    """None when vLLM imports; else the reason the backend is unsupported."""
+    if importlib.util.find_spec("vllm") is None:
+        return "vLLM is not installed (pip install operatorx[vllm])"
+    try:
+        import vllm  # noqa: F401
+    except Exception as err:  # noqa: BLE001 - a broken install is a reason, not a crash
+        return f"vLLM is installed but does not import: {type(err).__name__}: {str(err).splitlines()[0][:300]}"
+    return None
+
+
+def vllm_version() -> str:
+    import vllm
+
+    return str(getattr(vllm, "__version__", "?"))
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def selection_env() -> dict[str, Any]:
+    """The VLLM_* variables that change kernel selection: as set, and as vLLM reads them."""
+    out: dict[str, Any] = {"set": {k: os.environ[k] for k in SELECTION_ENV if k in os.environ}}
+    try:
+        import vllm.envs as envs
+
+        effective = {}
+        for k in SELECTION_ENV:
+            try:
+                effective[k] = getattr(envs, k)
+            except AttributeError:
+                continue
+        out["effective"] = effective
+    except Exception as err:  # noqa: BLE001
+        out["effective_error"] = repr(err)[:200]
+    return out
+
+
+def build_quant_config(spec: Optional[QuantConfigSpec]) -> Any:
+    """Instantiate the config class from the checkpoint-style dict (None → unquantized)."""
+    if spec is None:
+        return None
+    from operatorx.backends.base import Unsupported
+
+    for pkg in spec.requires:
+        if importlib.util.find_spec(pkg) is None:
+            raise Unsupported(f"{spec.cls} needs the {pkg!r} package, which is not installed next to vLLM")
+    module = importlib.import_module(spec.module)
+    cls = getattr(module, spec.cls)
+    return cls.from_config(dict(spec.config))
+
+
+class VllmEnv:
+    """The process-wide vLLM state. Layers register into `config`; one config for all cases."""
+
+    _instance: Optional[VllmEnv] = None
+    _lock = threading.Lock()
+
+    def __init__(self) -> None:
+        import torch
+        from vllm.config import CompilationConfig, VllmConfig, set_current_vllm_config
+        from vllm.distributed import parallel_state as ps
+
+        try:
+            cfg = VllmConfig(compilation_config=CompilationConfig(
+                custom_ops=["all"], cudagraph_capture_sizes=capture_sizes(),
+                max_cudagraph_capture_size=MAX_CAPTURE_SIZE))
+        except Exception:  # noqa: BLE001 - sizes are metadata here; custom ops are what matter
+            cfg = VllmConfig(compilation_config=CompilationConfig(custom_ops=["all"]))
+        stub = SimpleNamespace(dtype=torch.bfloat16, is_moe=True, quantization_config=None,
+                               hf_text_config=SimpleNamespace(model_type="operatorx"),
+                               hf_config=SimpleNamespace(model_type="operatorx"),
+                               enforce_eager=False, model="operatorx")
+        try:
+            cfg.model_config = stub
+        except Exception:  # noqa: BLE001 - a validating setter: bypass it
+            object.__setattr__(cfg, "model_config", stub)
+        self.config = cfg
+        self.layer_count = 0
+        with set_current_vllm_config(cfg):
+            if not ps.model_parallel_is_initialized():
+                if not torch.distributed.is_initialized():
+                    ps.init_distributed_environment(world_size=1, rank=0, local_rank=0,
+                                                    distributed_init_method=f"tcp://127.0.0.1:{_free_port()}",
+                                                    backend="nccl")
+                ps.initialize_model_parallel(1, 1)
+        from vllm.v1.worker.workspace import init_workspace_manager
+
+        init_workspace_manager(torch.device("cuda"))
+        self.capture_sizes = list(getattr(cfg.compilation_config, "cudagraph_capture_sizes", None)
+                                  or capture_sizes())
+
+    @classmethod
+    def get(cls) -> VllmEnv:
+        with cls._lock:
+            if cls._instance is None:
+                cls._instance = cls()
+            return cls._instance
+
+    def unique_prefix(self, kind: str) -> str:
+        """A layer name never used before in this process (FusedMoE refuses duplicates)."""
+        self.layer_count += 1
+        return f"operatorx.layers.{self.layer_count}.{kind}"
+
+    @contextmanager
+    def case_scope(self, forward_context: bool = False) -> Iterator[ExitStack]:
+        """Config current + default dtype bf16 (+ vLLM's forward context for FusedMoE)."""
+        import torch
+        from vllm.config import set_current_vllm_config
+
+        with ExitStack() as stack:
+            old_dtype = torch.get_default_dtype()
+            torch.set_default_dtype(torch.bfloat16)
+            stack.callback(torch.set_default_dtype, old_dtype)
+            stack.enter_context(set_current_vllm_config(self.config))
+            if forward_context:
+                from vllm.forward_context import set_forward_context
+
+                stack.enter_context(set_forward_context(None, self.config))
+            yield stack
+
+    def open_scope(self, forward_context: bool = False) -> ExitStack:
+        """`case_scope` held open until the returned stack is closed (at the case's release)."""
+        outer = ExitStack()
+        outer.enter_context(self.case_scope(forward_context))
+        return outer
+
+    def forget_layer(self, prefix: str) -> None:
+        """Drop a released FusedMoE from the config's layer registry so its memory can go."""
+        comp = self.config.compilation_config
+        getattr(comp, "static_forward_context", {}).pop(prefix, None)
+        layers = getattr(comp, "static_all_moe_layers", None)
+        if isinstance(layers, list) and prefix in layers:
+            layers.remove(prefix)

@@ -1,0 +1,95 @@
+"""The vllm GEMM backend: vLLM's `ReplicatedLinear` under the quant config the descriptors imply.
+
+prepare (untimed): build the layer under the config (quant_map), load synthetic weights in the
+checkpoint's format, run `process_weights_after_loading`, run once, capture a CUDA graph when
+vLLM would replay one (M ≤ its largest capture size). fn (timed): the layer's forward on a bf16
+input, so vLLM quantizes the activation, picks and runs its kernel as in serving.
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from typing import Any, Optional
+
+from operatorx.backends.base import Check, Prepared, Unsupported
+from operatorx.backends.vllm import quant_map
+from operatorx.backends.vllm.env import vllm_missing
+from operatorx.spec import Case, GemmArgs
+
+__all__ = ["VllmGemm", "CHECK_ROWS", "BOUND"]
+
+CHECK_ROWS = 256
+#: ||out - ref|| / ||ref||: bf16 output rounding, plus the activation's fp8 rounding when the
+#: reference's emulated quantization and vLLM's differ at ties.
+BOUND = {"bf16": 1e-2, "fp8": 1.5e-2}
+
+
+class VllmGemm:
+    name = "vllm"
+    op_type = "gemm"
+
+    def supports(self, case: Case, device: str) -> Optional[str]:
+        args = case.args
+        assert isinstance(args, GemmArgs)
+        plan = quant_map.gemm_plan(args)
+        if isinstance(plan, str):
+            return plan
+        if device != "cuda":
+            return f"device {device!r}: the vllm backend runs on CUDA GPUs"
+        return vllm_missing()
+
+    def prepare(self, case: Case, device: str) -> Prepared:
+        args = case.args
+        assert isinstance(args, GemmArgs)
+        plan = quant_map.gemm_plan(args)
+        if isinstance(plan, str):
+            raise Unsupported(plan)
+        why = vllm_missing()
+        if why:
+            raise Unsupported(why)
+        from operatorx.backends.vllm.gemm_build import build_linear
+
+        stack = ExitStack()
+        try:
+            built = build_linear(case, args, plan, stack)
+        except BaseException:
+            stack.close()
+            raise
+        return _prepared(args, plan, built, stack)
+
+
+def _prepared(args: GemmArgs, plan: quant_map.Plan, built: Any, stack: ExitStack) -> Prepared:
+    from operatorx.backends.vllm.reference import ACT_FLAVORS, act_quant_dequant, best_flavor
+
+    state: dict[str, Any] = {"built": built}
+
+    def fn() -> Any:
+        return state["built"].timed()
+
+    def check() -> Check:
+        b = state["built"]
+        rows = min(args.m, CHECK_ROWS)
+        out = fn()[:rows].float()
+        x = b.x[:rows]
+        w = b.weight.dequant()
+
+        def reference(flavor: str) -> Any:
+            ref = act_quant_dequant(x, plan.scheme, flavor, b.input_scale) @ w.T
+            if b.bias is not None:
+                ref = ref + b.bias.float()
+            return ref
+
+        err, flavor = best_flavor(out, plan.scheme, reference)
+        b.metadata["activation_scales_used"] = flavor
+        bound = BOUND["bf16" if plan.scheme == "bf16" else "fp8"]
+        quant = "" if plan.scheme == "bf16" else f", activation quantized as vLLM does ({flavor} scales; " \
+            f"tried {list(ACT_FLAVORS[plan.scheme])})"
+        graph = " (output of the CUDA-graph replay)" if b.graph is not None else ""
+        return Check(err, bound, rows, f"fp32 matmul of the dequantized checkpoint weight{quant}{graph}")
+
+    def release() -> None:
+        state.clear()
+        stack.close()
+
+    return Prepared(fn=fn, check=check, metadata=built.metadata, release=release,
+                    layers={"eager": built.eager} if built.graph is not None else {})

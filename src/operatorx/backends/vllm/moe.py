@@ -1,0 +1,120 @@
+"""The vllm MoE backend: vLLM's router gate + FusedMoE (+ shared-expert MLP) as one model block.
+
+prepare (untimed): build the block under the implied quant config (quant_map), load synthetic
+weights for every expert in the checkpoint's format, process_weights_after_loading, run once
+(recording the routing), capture a CUDA graph when vLLM would replay one. fn (timed): the block
+forward, gate GEMM to combined output, inside vLLM's forward context (entered once per case, as an
+engine enters it once per step for all layers).
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from typing import Any, Optional
+
+from operatorx.backends.base import Check, Prepared, Unsupported
+from operatorx.backends.torch.memory import require_memory
+from operatorx.backends.vllm import quant_map
+from operatorx.backends.vllm.env import vllm_missing
+from operatorx.spec import Case
+from operatorx.spec.moe import MoeArgs
+
+__all__ = ["VllmMoe", "CHECK_ROWS", "BOUND"]
+
+CHECK_ROWS = 64
+#: bf16: output and intermediate rounding; fp8: plus activation roundings that flip between the
+#: reference's emulation and vLLM's kernels after the bf16 intermediate.
+BOUND = {"bf16": 1.5e-2, "fp8": 3e-2}
+ROUTER_BOUND = 2e-2
+
+
+def _device_bytes(args: MoeArgs) -> int:
+    """Layer weights, the reference's copies, one expert's fp32 dequant, activations, slack."""
+    e, h, t = args.experts, args.hidden, args.tokens
+    per_expert = 3 * e.inter * h
+    wbytes = 1 if e.w1.dtype == "e4m3" else 2
+    total = 2 * e.num * per_expert * wbytes + per_expert * (2 + 4)
+    total += e.num * h * 2 + t * h * 2 * 4 + t * e.top_k * (2 * e.inter + h) * 2 * 2
+    if args.shared is not None:
+        total += 3 * args.shared.inter * args.shared.count * h * (wbytes * 2 + 4)
+    return total + (1 << 29)
+
+
+class VllmMoe:
+    name = "vllm"
+    op_type = "moe"
+
+    def supports(self, case: Case, device: str) -> Optional[str]:
+        args = case.args
+        assert isinstance(args, MoeArgs)
+        plan = quant_map.moe_plan(args)
+        if isinstance(plan, str):
+            return plan
+        if device != "cuda":
+            return f"device {device!r}: the vllm backend runs on CUDA GPUs"
+        return vllm_missing()
+
+    def prepare(self, case: Case, device: str) -> Prepared:
+        args = case.args
+        assert isinstance(args, MoeArgs)
+        plan = quant_map.moe_plan(args)
+        if isinstance(plan, str):
+            raise Unsupported(plan)
+        why = vllm_missing()
+        if why:
+            raise Unsupported(why)
+        require_memory(_device_bytes(args), "cuda")
+        from operatorx.backends.vllm.moe_prepare import build_moe
+
+        stack = ExitStack()
+        try:
+            built = build_moe(case, args, plan, stack)
+        except BaseException:
+            stack.close()
+            raise
+        return _prepared(args, plan, built, stack)
+
+
+def _prepared(args: MoeArgs, plan: quant_map.Plan, built: Any, stack: ExitStack) -> Prepared:
+    from operatorx.backends.vllm.moe_reference import moe_reference
+    from operatorx.backends.vllm.reference import best_flavor, rel_error, route_weights
+
+    state: dict[str, Any] = {"built": built}
+
+    def fn() -> Any:
+        return state["built"].timed()
+
+    def check() -> Check:
+        b = state["built"]
+        seen = b.run_recorded()                     # eager, recording the routing it takes
+        out = fn()                                  # what is timed (graph replay when captured)
+        rows = min(args.tokens, CHECK_ROWS)
+        x = b.x[:rows]
+        r = args.router
+        logits = x.float() @ b.ref["gate"].float().T
+        router_w = route_weights(logits, seen["router_ids"][:rows], r.scoring, bool(r.renormalize), r.scale)
+        router_err = rel_error(seen["weights"][:rows], router_w)
+        refs = moe_reference(x, seen["ids"], seen["weights"], b.ref, plan.scheme, args.activation.kind)
+        err, flavor = best_flavor(out[:rows].float(), plan.scheme, lambda f: refs[f])
+        b.metadata["activation_scales_used"] = flavor
+        b.metadata["router_weights_rel_error"] = router_err
+        bound = BOUND["bf16" if plan.scheme == "bf16" else "fp8"]
+        worst = max(err, router_err * bound / ROUTER_BOUND) if router_err == router_err else router_err
+        text = (f"fp32 MoE block of the dequantized checkpoint weights on the routing vLLM used "
+                f"(output rel error {err:.3g}, {flavor} activation scales; router weights vs fp32 scores "
+                f"{router_err:.3g}, bound {ROUTER_BOUND:g}, scaled into the reported error)")
+        if b.graph is not None:
+            text += "; output of the CUDA-graph replay"
+        return Check(worst, bound, rows, text)
+
+    def release() -> None:
+        b = state.pop("built", None)
+        try:
+            if b is not None:
+                b.forget()
+        finally:
+            stack.close()
+
+    return Prepared(fn=fn, check=check, metadata=built.metadata, release=release,
+                    min_bytes=args.min_bytes(experts_hit=built.metadata["experts_hit"]),
+                    layers={"eager": built.eager} if built.graph is not None else {})

@@ -1,0 +1,239 @@
+"""Build one vLLM MoE block for a moe case (imports vLLM; called from moe.py).
+
+Wired as vLLM 0.26's model blocks wire it, the gate handed to `FusedMoE` (the runner applies it):
+- DeepSeek-V3 style (sigmoid scoring): `GateLinear` gate + fp32 `e_score_correction_bias`,
+  grouped_topk, routed scaling in the top-k weights, shared expert = DeepseekV2MLP;
+- Qwen style (softmax): `ReplicatedLinear` gate, top-k, shared expert = Qwen2MoeMLP whose
+  output is scaled by sigmoid(shared_expert_gate(x)) when the case has a shared gate.
+The block runs `runner(hidden_states=x, router_logits=x)` inside vLLM's forward context.
+
+A forced routing distribution replaces the ids the router chose, after the router has run
+(the router's weights stay): `RouterHook` wraps the router's `select_experts` on the instance.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from operatorx.backends.vllm.common import vllm_refusals
+from operatorx.backends.vllm.weights import QuantMatrix, load_params, quantize_matrix, scale_name
+from operatorx.spec.moe import GroupedTopK, MoeArgs
+
+__all__ = ["SharedMLP", "MoeBlock", "RouterHook", "build_block", "expert_tensors", "shared_tensors"]
+
+
+class SharedMLP(nn.Module):
+    """DeepseekV2MLP / Qwen2MoeMLP: merged gate_up → act-and-mul → down (→ × sigmoid gate)."""
+
+    def __init__(self, hidden: int, inter: int, act: str, quant_config: Any, prefix: str,
+                 expert_gate: Optional[nn.Module] = None):
+        super().__init__()
+        from vllm.model_executor.layers.activation import GeluAndMul, SiluAndMul
+        from vllm.model_executor.layers.linear import MergedColumnParallelLinear, RowParallelLinear
+
+        self.gate_up_proj = MergedColumnParallelLinear(hidden, [inter] * 2, bias=False, quant_config=quant_config,
+                                                       prefix=f"{prefix}.gate_up_proj")
+        self.down_proj = RowParallelLinear(inter, hidden, bias=False, quant_config=quant_config,
+                                           reduce_results=False, prefix=f"{prefix}.down_proj")
+        self.act_fn = SiluAndMul() if act == "silu" else GeluAndMul()
+        self.expert_gate = expert_gate
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate_up, _ = self.gate_up_proj(x)
+        out, _ = self.down_proj(self.act_fn(gate_up))
+        if self.expert_gate is not None:
+            out = F.sigmoid(self.expert_gate(x)[0]) * out
+        return out
+
+
+class MoeBlock(nn.Module):
+    def __init__(self, gate: nn.Module, experts: nn.Module, shared: Optional[nn.Module]):
+        super().__init__()
+        self.gate, self.experts, self.shared = gate, experts, shared
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.experts(hidden_states=x, router_logits=x)
+
+
+class RouterHook:
+    """Wraps `router.select_experts`: optionally records, optionally forces the ids."""
+
+    def __init__(self, inner: Any, forced: Optional[torch.Tensor]):
+        self.inner, self.forced = inner, forced
+        self._forced_as: dict[torch.dtype, torch.Tensor] = {}
+        self.record = False
+        self.seen: Optional[dict[str, torch.Tensor]] = None
+        self.calls = 0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        weights, ids = self.inner(*args, **kwargs)
+        self.calls += 1
+        chosen = ids
+        if self.forced is not None:
+            f = self._forced_as.get(ids.dtype)
+            if f is None or f.device != ids.device:
+                f = self.forced.to(device=ids.device, dtype=ids.dtype).contiguous()
+                self._forced_as[ids.dtype] = f
+            if f.shape != ids.shape:
+                raise RuntimeError(f"forced ids {tuple(f.shape)} do not match the router's {tuple(ids.shape)}")
+            ids = f
+        if self.record:
+            self.seen = {"weights": weights.detach().clone(), "ids": ids.detach().clone(),
+                         "router_ids": chosen.detach().clone()}
+        return weights, ids
+
+
+def _accepted(fn: Any, kwargs: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """Keep the kwargs `fn` takes (vLLM's factory gains and loses options between releases)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return kwargs, []
+    if any(p.kind == p.VAR_KEYWORD for p in params.values()):
+        return kwargs, []
+    dropped = [k for k in kwargs if k not in params]
+    return {k: v for k, v in kwargs.items() if k in params}, dropped
+
+
+def build_block(args: MoeArgs, quant_config: Any, prefix: str) -> tuple[MoeBlock, dict[str, Any]]:
+    """Construct gate, shared MLP and FusedMoE (on the current device); returns the wiring facts."""
+    from vllm.model_executor.layers.fused_moe import FusedMoE
+    from vllm.model_executor.layers.linear import ReplicatedLinear
+
+    e, r, h = args.experts, args.router, args.hidden
+    deepseek = r.scoring == "sigmoid"
+    logits_fp32 = r.gate.logits == "fp32"
+    with vllm_refusals("to build the router gate", construction=True):
+        if deepseek:
+            from vllm.model_executor.layers.fused_moe.router.gate_linear import GateLinear
+
+            gate: nn.Module = GateLinear(h, e.num, out_dtype=torch.float32 if logits_fp32 else None,
+                                         prefix=f"{prefix}.gate")
+        else:
+            gate = ReplicatedLinear(h, e.num, bias=False, quant_config=None, prefix=f"{prefix}.gate")
+        bias = nn.Parameter(torch.empty(e.num, dtype=torch.float32), requires_grad=False) if r.bias else None
+        gate.e_score_correction_bias = bias
+    shared = None
+    if args.shared is not None:
+        s = args.shared
+        expert_gate = None
+        if s.gate == "sigmoid":
+            expert_gate = ReplicatedLinear(h, 1, bias=False, quant_config=None, prefix=f"{prefix}.shared_expert_gate")
+        with vllm_refusals("to build the shared-expert MLP", construction=True):
+            shared = SharedMLP(h, s.inter * s.count, args.activation.kind, quant_config, f"{prefix}.shared_experts",
+                               expert_gate)
+    grouped = isinstance(r.select, GroupedTopK)
+    kwargs: dict[str, Any] = {
+        "num_experts": e.num, "top_k": e.top_k, "hidden_size": h, "intermediate_size": e.inter,
+        "renormalize": bool(r.renormalize), "quant_config": quant_config, "prefix": f"{prefix}.experts",
+        "use_grouped_topk": grouped, "scoring_func": r.scoring,
+        "routed_scaling_factor": float(r.scale) if r.scale is not None else 1.0,
+        "e_score_correction_bias": bias, "activation": args.activation.kind,
+        "shared_experts": shared, "gate": gate,
+    }
+    if grouped:
+        assert isinstance(r.select, GroupedTopK)
+        kwargs.update(num_expert_group=r.select.groups, topk_group=r.select.topk_groups)
+    if deepseek:
+        kwargs["router_logits_dtype"] = getattr(gate, "out_dtype", None)
+    kwargs, dropped = _accepted(FusedMoE, kwargs)
+    if "gate" in dropped or "shared_experts" in dropped:
+        raise RuntimeError(f"this vLLM's FusedMoE takes no {dropped}: the block wiring here needs them")
+    with vllm_refusals("to build FusedMoE", construction=True):
+        runner = FusedMoE(**kwargs)
+    wiring = {
+        "style": "deepseek_v3 (DeepseekV2MoE)" if deepseek
+        else "qwen (Qwen2MoeSparseMoeBlock / Qwen3NextSparseMoeBlock)",
+        "gate": type(gate).__name__, "gate_logits": "fp32" if logits_fp32 else "bf16",
+        "shared": None if shared is None else ("Qwen2MoeMLP-like with sigmoid expert gate"
+                                              if shared.expert_gate is not None else "DeepseekV2MLP-like"),
+        "fused_moe_kwargs_dropped": dropped,
+    }
+    return MoeBlock(gate, runner, shared), wiring
+
+
+def _expert_scale_names(scheme: str) -> Optional[str]:
+    return scale_name(scheme)
+
+
+def expert_tensors(args: MoeArgs, scheme: str, gen: torch.Generator
+                   ) -> tuple[dict[str, torch.Tensor], list[tuple[QuantMatrix, QuantMatrix]]]:
+    """Checkpoint tensors for RoutedExperts (w13 = gate rows then up rows) and per-expert copies."""
+    e, h = args.experts, args.hidden
+    inter = e.inter
+    per_expert: list[tuple[QuantMatrix, QuantMatrix]] = []
+    for _ in range(e.num):
+        w1 = torch.randn(2 * inter, h, generator=gen, device="cuda", dtype=torch.bfloat16) / h ** 0.5
+        w2 = torch.randn(h, inter, generator=gen, device="cuda", dtype=torch.bfloat16) / inter ** 0.5
+        per_expert.append((quantize_matrix(w1, scheme, (inter, inter)), quantize_matrix(w2, scheme)))
+    tensors = {"w13_weight": torch.stack([a.q for a, _ in per_expert]),
+               "w2_weight": torch.stack([b.q for _, b in per_expert])}
+    name = _expert_scale_names(scheme)
+    if name is not None:
+        tensors[f"w13_{name}"] = torch.stack([a.scale for a, _ in per_expert])   # type: ignore[misc]
+        tensors[f"w2_{name}"] = torch.stack([b.scale for _, b in per_expert])    # type: ignore[misc]
+    return tensors, per_expert
+
+
+SharedRef = tuple[QuantMatrix, QuantMatrix, Optional[torch.Tensor]]
+
+
+def shared_tensors(args: MoeArgs, scheme: str, gen: torch.Generator
+                   ) -> tuple[dict[str, dict[str, torch.Tensor]], SharedRef]:
+    """Checkpoint tensors for the shared MLP's two projections (+ its sigmoid gate)."""
+    s = args.shared
+    assert s is not None
+    h, inter = args.hidden, s.inter * s.count
+    w1 = torch.randn(2 * inter, h, generator=gen, device="cuda", dtype=torch.bfloat16) / h ** 0.5
+    w2 = torch.randn(h, inter, generator=gen, device="cuda", dtype=torch.bfloat16) / inter ** 0.5
+    q1, q2 = quantize_matrix(w1, scheme, (inter, inter)), quantize_matrix(w2, scheme)
+    name = scale_name(scheme)
+    out: dict[str, dict[str, torch.Tensor]] = {"gate_up_proj": {"weight": q1.q}, "down_proj": {"weight": q2.q}}
+    if name is not None:
+        out["gate_up_proj"][name] = q1.scale   # type: ignore[assignment]
+        out["down_proj"][name] = q2.scale      # type: ignore[assignment]
+    sgate = None
+    if s.gate == "sigmoid":
+        sgate = torch.randn(1, h, generator=gen, device="cuda", dtype=torch.bfloat16) / h ** 0.5
+    return out, (q1, q2, sgate)
+
+
+def load_block(block: MoeBlock, args: MoeArgs, scheme: str, gen: torch.Generator) -> dict[str, Any]:
+    """Load every weight of the block in checkpoint format; returns what the reference needs."""
+    e, h = args.experts, args.hidden
+    gate_w = torch.randn(e.num, h, generator=gen, device="cuda", dtype=torch.bfloat16) / h ** 0.5
+    gate_tensors = {"weight": gate_w}
+    bias = None
+    if args.router.bias:
+        bias = 0.1 * torch.randn(e.num, generator=gen, device="cuda", dtype=torch.float32)
+        gate_tensors["e_score_correction_bias"] = bias
+    load_params(block.gate, gate_tensors, "gate")
+    re = block.experts.routed_experts
+    tensors, per_expert = expert_tensors(args, scheme, gen)
+    load_params(re, tensors, "RoutedExperts")
+    del tensors
+    ref: dict[str, Any] = {"gate": gate_w, "bias": bias, "experts": per_expert, "shared": None}
+    if block.shared is not None:
+        sh, (q1, q2, sgate) = shared_tensors(args, scheme, gen)
+        load_params(block.shared.gate_up_proj, sh["gate_up_proj"], "shared.gate_up_proj")
+        load_params(block.shared.down_proj, sh["down_proj"], "shared.down_proj")
+        if sgate is not None:
+            assert block.shared.expert_gate is not None
+            load_params(block.shared.expert_gate, {"weight": sgate}, "shared_expert_gate")
+        ref["shared"] = (q1, q2, sgate)
+    return ref
+
+
+def process_after_loading(block: nn.Module) -> None:
+    """What vLLM's loader does: process_weights_after_loading on every module with a quant method."""
+    from vllm.model_executor.layers.quantization.base_config import QuantizeMethodBase
+
+    for _, module in block.named_modules():
+        qm = getattr(module, "quant_method", None)
+        if isinstance(qm, QuantizeMethodBase):
+            qm.process_weights_after_loading(module)

@@ -1,0 +1,166 @@
+"""Prepare one vLLM MoE block: build, load, process, run once, maybe capture (imports vLLM)."""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import torch
+
+from operatorx.backends.base import Unsupported
+from operatorx.backends.vllm.common import case_seed, class_name, describe_custom_ops, kernel_of_linear, vllm_refusals
+from operatorx.backends.vllm.env import VllmEnv, build_quant_config, selection_env, vllm_version
+from operatorx.backends.vllm.graphs import CapturedCall, capture, eager_kernel_names, graph_size
+from operatorx.backends.vllm.moe_build import MoeBlock, RouterHook, build_block, load_block, process_after_loading
+from operatorx.backends.vllm.quant_map import Plan
+from operatorx.backends.vllm.weights import param_summary
+from operatorx.spec import Case
+from operatorx.spec.moe import MoeArgs
+
+__all__ = ["BuiltMoe", "build_moe"]
+
+_BACKEND_ATTRS = ("fp8_backend", "unquantized_backend", "mxfp4_backend", "nvfp4_backend", "mxfp8_backend",
+                  "int8_backend", "wna16_moe_backend")
+
+
+@dataclass
+class BuiltMoe:
+    block: MoeBlock
+    hook: RouterHook
+    x: torch.Tensor
+    ref: dict[str, Any]
+    env: VllmEnv
+    prefix: str
+    graph: Optional[CapturedCall] = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def eager(self) -> torch.Tensor:
+        return self.block(self.x)
+
+    def timed(self) -> torch.Tensor:
+        return self.graph() if self.graph is not None else self.block(self.x)
+
+    def run_recorded(self) -> dict[str, torch.Tensor]:
+        self.hook.record, self.hook.seen = True, None
+        try:
+            self.eager()
+            torch.cuda.synchronize()
+        finally:
+            self.hook.record = False
+        if self.hook.seen is None:
+            raise RuntimeError("the router's select_experts was not called: a monolithic MoE kernel routes "
+                               "inside, so the routing cannot be read (or forced) from outside")
+        return self.hook.seen
+
+    def forget(self) -> None:
+        self.graph = None
+        self.env.forget_layer(f"{self.prefix}.experts")
+
+
+def build_moe(case: Case, args: MoeArgs, plan: Plan, stack: ExitStack) -> BuiltMoe:
+    env = VllmEnv.get()
+    stack.enter_context(env.case_scope(forward_context=True))
+    with vllm_refusals(f"the quant config {plan.quant.cls if plan.quant else None}", construction=True):
+        quant_config = build_quant_config(plan.quant)
+    prefix = env.unique_prefix("mlp")
+    with torch.device("cuda"):
+        block, wiring = build_block(args, quant_config, prefix)
+    built = BuiltMoe(block, RouterHook(None, None), torch.empty(0), {}, env, prefix)
+    stack.callback(built.forget)
+    runner = block.experts
+    re = runner.routed_experts
+    qm = re.quant_method
+    if plan.quantized and class_name(qm) == "UnquantizedFusedMoEMethod":
+        raise Unsupported(f"vLLM built the experts unquantized under {plan.quant.cls if plan.quant else '-'}; "
+                          "timing bf16 experts in their place would be another op")
+
+    gen = torch.Generator(device="cuda").manual_seed(case_seed(case))
+    before = {"routed_experts": param_summary(re)}
+    built.ref = load_block(block, args, plan.scheme, gen)
+    with vllm_refusals("process_weights_after_loading", construction=True):
+        process_after_loading(block)
+    after = {"routed_experts": param_summary(re)}
+    qm = re.quant_method
+    if getattr(qm, "is_monolithic", False):
+        raise Unsupported(f"{class_name(qm)} is monolithic here (routing inside the kernel): OperatorX cannot "
+                          "read or force its routing, so it cannot check or force this case")
+
+    forced = None
+    if args.routing.distribution != "natural":
+        from operatorx.backends.torch.moe.routing import forced_ids
+
+        forced = forced_ids(args.routing, args.tokens, args.experts.num, args.experts.top_k)
+    router = runner.router
+    built.hook = RouterHook(router.select_experts, forced.cuda() if forced is not None else None)
+    router.select_experts = built.hook          # instance attribute shadows the method
+
+    built.x = torch.randn(args.tokens, args.hidden, generator=gen, device="cuda", dtype=torch.bfloat16)
+    with vllm_refusals("the MoE forward", construction=False):
+        seen = built.run_recorded()
+    size = graph_size(args.tokens, env.capture_sizes)
+    if size is not None:
+        with vllm_refusals("CUDA-graph capture of the MoE block", construction=False):
+            built.graph = capture(built.eager)
+    built.metadata = _metadata(args, plan, block, wiring, before, after, seen, forced is not None, size, env)
+    if built.graph is not None:
+        built.metadata["eager_kernels"] = eager_kernel_names(built.eager)
+    return built
+
+
+def _kernel_facts(qm: Any) -> dict[str, Any]:
+    facts: dict[str, Any] = {"quant_method": class_name(qm), "experts_cls": getattr(getattr(qm, "experts_cls", None),
+                                                                                   "__name__", None)}
+    for attr in _BACKEND_ATTRS:
+        value = getattr(qm, attr, None)
+        if value is not None:
+            facts[attr] = str(value)
+    mk = getattr(qm, "moe_kernel", None)
+    if mk is not None:
+        facts["fused_experts"] = class_name(getattr(mk, "fused_experts", None))
+        facts["prepare_finalize"] = class_name(getattr(mk, "prepare_finalize", None))
+    facts["is_monolithic"] = bool(getattr(qm, "is_monolithic", False))
+    return facts
+
+
+def _metadata(args: MoeArgs, plan: Plan, block: MoeBlock, wiring: dict[str, Any], before: dict[str, Any],
+              after: dict[str, Any], seen: dict[str, torch.Tensor], forced: bool, size: Optional[int],
+              env: VllmEnv) -> dict[str, Any]:
+    from operatorx.backends.torch.moe.routing import load_histogram
+
+    e = args.experts
+    load = load_histogram(seen["ids"], e.num)
+    hit = sum(1 for c in load if c)
+    runner = block.experts
+    meta: dict[str, Any] = {
+        "framework": f"vllm {vllm_version()}",
+        "layer": "vllm.model_executor.layers.fused_moe.FusedMoE → " + (class_name(runner) or "?"),
+        "quant_config": plan.quant.to_json() if plan.quant else None,
+        "scheme": plan.scheme,
+        "wiring": wiring,
+        "router": class_name(runner.router),
+        "experts": _kernel_facts(runner.routed_experts.quant_method),
+        "expected_sm90": plan.expected_sm90,
+        "params_before_loading": before,
+        "params_after_loading": after,
+        "env": selection_env(),
+        "custom_ops": describe_custom_ops(env.config),
+        "cuda_graph": size is not None,
+        "vllm_graph_size": size,
+        "max_capture_size": max(env.capture_sizes),
+        "routing": {"distribution": args.routing.name, "seed": args.routing.seed, "forced": forced,
+                    "how": "router ran; its top-k ids replaced by the forced ones (its weights kept)" if forced
+                    else "vLLM's router's own choice"},
+        "expert_load": load,
+        "experts_hit": hit,
+        "max_load": max(load) if load else 0,
+        "synthetic_weights": "random for every expert, in the checkpoint format",
+    }
+    if block.shared is not None:
+        meta["shared"] = {"gate_up_proj": kernel_of_linear(block.shared.gate_up_proj),
+                          "down_proj": kernel_of_linear(block.shared.down_proj)}
+    if size is not None and size != args.tokens:
+        meta["graph_note"] = f"vLLM would pad {args.tokens} tokens to its captured size {size}; timed at {args.tokens}"
+    if plan.notes:
+        meta["notes"] = list(plan.notes)
+    return meta
