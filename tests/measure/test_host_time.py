@@ -48,11 +48,11 @@ def test_batches_alternate_and_are_synchronized_outside_the_timed_interval() -> 
     timing = HostTiming(HostTimeSettings(batches=6, batch_calls=3, warmup_batches=1))
     timing._sync = lambda: syncs.append(len(log))        # noqa: SLF001 - record when syncs happen
     out = timing.measure_interleaved({"a": lambda: log.append("a"), "b": lambda: log.append("b")})
-    timed = log[6:]                                      # after one warmup batch of 3 calls each
+    timed = log[12:]                          # after a 3-call probe and one warmup batch of 3 calls each
     firsts = [timed[i] for i in range(0, len(timed), 6)]
     assert firsts == ["a", "b", "a", "b", "a", "b"]      # the order rotates batch by batch
     assert all(s % 3 == 0 for s in syncs)                # never inside a batch
-    assert len(syncs) == 2 * (2 + 2 * 6)                  # before and after every batch, warmup included
+    assert len(syncs) == 2 * (2 + 2 + 2 * 6)              # before and after every batch, probe and warmup included
     assert out["a"].details["first_in_batch"] == 3 and out["b"].details["first_in_batch"] == 3
 
 
@@ -60,7 +60,7 @@ def test_fixed_order_keeps_the_given_order() -> None:
     log: list[str] = []
     HostTiming(HostTimeSettings(batches=4, batch_calls=1, warmup_batches=0, order="fixed")).measure_interleaved(
         {"a": lambda: log.append("a"), "b": lambda: log.append("b")})
-    assert log[2:] == ["a", "b"] * 4
+    assert log[6:] == ["a", "b"] * 4                     # after the 3-call probe of each
 
 
 def test_slow_calls_get_smaller_batches_and_say_so() -> None:

@@ -57,7 +57,7 @@ class HostTimeSettings:
     """`alternate`: the order of the callables rotates batch by batch; `fixed`: always as given."""
     preempt_retries: int = 2
     """Take a batch again (at most this many times) when the thread lost the CPU during it."""
-    max_wall_s: float = 60.0
+    max_wall_s: float = 10.0
     """Budget for the timed batches of one measurement. When the warmup shows that N batches of
     B calls would not fit (a slow call), B is reduced to fit and the reduction is recorded."""
 
@@ -174,16 +174,21 @@ class HostTiming:
 
         warm_ns = {n: 0 for n in names}
         per_call_ns = {n: 0.0 for n in names}
-        warm_calls = max(1, s.batch_calls * s.warmup_batches)   # one call at least, to size the batches
+        probe_calls = 3                                       # a few calls first, to size the batches
         for name in names:
             with ctx(name):
                 warnings[name] = mode_warnings()           # inside the context: a variant may set a mode
+                issue_ns, drain_ns, _ = self._batch(fns[name], probe_calls)
+            per_call_ns[name] = (issue_ns + drain_ns) / probe_calls
+        # fit N batches (and the warmup) of every callable into the budget: a 50 ms call cannot
+        # be called 3,000 times
+        budget_calls = s.max_wall_s * 1e9 / max(1.0, sum(per_call_ns.values())) / (s.batches + s.warmup_batches)
+        batch_calls = int(max(1, min(s.batch_calls, budget_calls)))
+        warm_calls = batch_calls * s.warmup_batches
+        for name in names if warm_calls else ():
+            with ctx(name):
                 issue_ns, drain_ns, _ = self._batch(fns[name], warm_calls)
             warm_ns[name] = issue_ns + drain_ns
-            per_call_ns[name] = (issue_ns + drain_ns) / warm_calls
-        # fit N batches of every callable into the budget: a 50 ms call cannot be called 3,000 times
-        budget_calls = s.max_wall_s * 1e9 / max(1.0, sum(per_call_ns.values())) / s.batches
-        batch_calls = int(max(1, min(s.batch_calls, budget_calls)))
 
         issue: dict[str, list[int]] = {n: [] for n in names}
         drain: dict[str, list[int]] = {n: [] for n in names}

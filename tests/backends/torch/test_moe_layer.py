@@ -139,3 +139,29 @@ def test_full_deepseek_bf16_experts_are_counted_before_allocating(monkeypatch: p
     monkeypatch.setattr(memory, "free_bytes", lambda device: (8 << 30, 16 << 30))
     with pytest.raises(Unsupported, match="GiB"):
         TorchMoe().prepare(c, "cpu")
+
+
+def test_fp8_rowwise_plumbing_with_a_stand_in_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The e4m3 path's quantization, byte gather, scale layouts and reference, with torch's CUDA-only
+    scaled_grouped_mm replaced by a per-group fp32 stand-in (a test double, never used by the backend)."""
+    from operatorx.backends.torch.moe import experts as experts_mod
+    from operatorx.backends.torch.moe import support
+    from tests.backends.torch.test_moe_gpu import FP8_ROWWISE
+
+    def stand_in(a: torch.Tensor, b: torch.Tensor, sa: torch.Tensor, sb: torch.Tensor,
+                 offs: torch.Tensor) -> torch.Tensor:
+        assert a.dtype == b.dtype == torch.float8_e4m3fn and sa.dim() == 1 and sb.shape == (b.shape[0], b.shape[2])
+        assert b.stride(1) == 1, "mat_b column-major"
+        out, start = torch.empty(a.shape[0], b.shape[2], dtype=torch.bfloat16), 0
+        for g, end in enumerate(offs.tolist()):
+            out[start:end] = ((a[start:end].float() * sa[start:end, None]) @ (b[g].float() * sb[g])).bfloat16()
+            start = end
+        return out
+
+    monkeypatch.setattr(experts_mod, "scaled_grouped_mm_fn", lambda: (stand_in, "stand-in"))
+    monkeypatch.setattr(support, "experts_scheme", lambda args, device: "fp8_rowwise")
+    monkeypatch.setattr(support, "shared_scheme", lambda args, device: "fp8_rowwise")
+    layer = build_layer(case(tokens=37, **FP8_ROWWISE), "cpu")
+    out, routed = layer.forward(layer.x)
+    check = check_layer(layer, out, routed, 256)
+    assert check.ok and check.rel_error > 1e-3, check     # fp8 error is visible, and within the bound

@@ -101,8 +101,12 @@ def expert_weights(args: MoeArgs, hit: list[int], device: str, gen: torch.Genera
     rows1 = _rows1(args, e.inter)
     dt = torch_dtype(e.w1.dtype)
     quantized = e.w1.dtype != "bf16"
-    ew = ExpertWeights(w1=torch.zeros(e.num, rows1, w, device=device, dtype=dt),
-                       w2=torch.zeros(e.num, w, e.inter, device=device, dtype=dt))
+    def zeros(*shape: int) -> torch.Tensor:   # fp8 zeros as zero bytes (+0.0), no fp8 fill kernel needed
+        if not quantized:
+            return torch.zeros(*shape, device=device, dtype=dt)
+        return torch.zeros(*shape, device=device, dtype=torch.uint8).view(dt)
+
+    ew = ExpertWeights(w1=zeros(e.num, rows1, w), w2=zeros(e.num, w, e.inter))
     if quantized:
         ew.s1 = torch.ones(e.num, rows1, device=device)
         ew.s2 = torch.ones(e.num, w, device=device)
