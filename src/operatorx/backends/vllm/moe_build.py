@@ -215,6 +215,9 @@ def load_block(block: MoeBlock, args: MoeArgs, scheme: str, gen: torch.Generator
     load_params(block.gate, gate_tensors, "gate")
     re = block.experts.routed_experts
     tensors, per_expert = expert_tensors(args, scheme, gen)
+    if bias is not None and "e_score_correction_bias" in dict(re.named_parameters(recurse=False)):
+        # vLLM 0.26's routed experts register the gate's correction bias as their own parameter too
+        tensors["e_score_correction_bias"] = bias
     load_params(re, tensors, "RoutedExperts")
     del tensors
     ref: dict[str, Any] = {"gate": gate_w, "bias": bias, "experts": per_expert, "shared": None}
