@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from operatorx.report import rows_table
+from operatorx.report import rows_markdown, rows_table
 from operatorx.store import RunNotFound, Store, document_csv
 
 __all__ = ["results_app"]
@@ -48,9 +48,13 @@ def list_runs(db: str = _DB) -> None:
 
 
 @results_app.command("show")
-def show(run: str = typer.Argument("latest", help="Run id, unique prefix, or 'latest'."), db: str = _DB) -> None:
+def show(run: str = typer.Argument("latest", help="Run id, unique prefix, or 'latest'."), db: str = _DB,
+         markdown: bool = typer.Option(False, "--markdown", help="Print a Markdown table instead.")) -> None:
     """A run's rows as a table."""
     doc = _document(db, run)
+    if markdown:
+        typer.echo(rows_markdown(doc["rows"]), nl=False)
+        return
     r = doc["run"]
     title = f"{r['id']}  {r['testlist']}  {r['backend']}  {(r.get('device') or {}).get('name', '')}"
     _out.print(rows_table(doc["rows"], title=title))

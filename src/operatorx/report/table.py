@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 from rich.table import Table
 
-__all__ = ["rows_table", "layers_table", "fmt"]
+__all__ = ["rows_table", "layers_table", "fmt", "row_cells", "row_columns", "row_note"]
 
 _STATUS_STYLE = {"ok": "green", "unsupported": "yellow", "error": "red"}
 
@@ -28,36 +28,53 @@ def _label(op: dict[str, Any]) -> str:
     return f"moe T={a['tokens']} E={e['num']} k={e['top_k']} H={a['hidden']}"
 
 
-def rows_table(rows: Iterable[dict[str, Any]], title: Optional[str] = None, message_width: int = 60) -> Table:
-    """One line per row of a result document (the JSON form of Row)."""
-    rows = list(rows)
+def row_note(r: dict[str, Any]) -> str:
+    """The one-line note of a row: the reason it did not run, or what to know about its number."""
+    m = r.get("metrics", {})
+    note = r.get("message") or ""
+    if r["status"] == "ok" and m.get("clock") == "host":
+        note = "host clock (CPU)"
+    if r["status"] == "ok" and m.get("check", {}).get("checked") is False:
+        note = "output not checked"
+    if r["status"] == "ok" and m.get("telemetry", {}).get("capped"):
+        note = "clock capped: " + ",".join(m["telemetry"]["capped"])
+    host = m.get("host", {})
+    if host.get("host_bound"):
+        note = "host-bound; " + note
+    if host.get("warnings"):
+        note = "host: " + host["warnings"][0] + "; " + note
+    return note
+
+
+def row_columns(rows: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """(name, justify) of the columns rows_table and rows_markdown print for these rows."""
     with_host = any("host" in r.get("metrics", {}) for r in rows)
-    t = Table(title=title, show_lines=False)
     columns = [("#", "right"), ("case", "left"), ("scheme", "left"), ("status", "left"), ("latency_us", "right")]
     if with_host:
         columns.append(("host_us", "right"))
-    for name, justify in (*columns, ("TFLOP/s", "right"), ("GB/s", "right"), ("% peak", "right"), ("note", "left")):
+    return [*columns, ("TFLOP/s", "right"), ("GB/s", "right"), ("% peak", "right"), ("note", "left")]
+
+
+def row_cells(r: dict[str, Any], with_host: bool, status: Optional[str] = None) -> list[str]:
+    m = r.get("metrics", {})
+    cells = [str(r.get("case_index", "")), _label(r["op"]), m.get("scheme", ""), status or r["status"],
+             fmt(m.get("latency_us"), 2)]
+    if with_host:
+        cells.append(fmt(m.get("host", {}).get("host_us_per_call"), 2))
+    return [*cells, fmt(m.get("tflops")), fmt(m.get("gbps")), fmt(m.get("pct_peak"))]
+
+
+def rows_table(rows: Iterable[dict[str, Any]], title: Optional[str] = None, message_width: int = 60) -> Table:
+    """One line per row of a result document (the JSON form of Row)."""
+    rows = list(rows)
+    columns = row_columns(rows)
+    with_host = ("host_us", "right") in columns
+    t = Table(title=title, show_lines=False)
+    for name, justify in columns:
         t.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
     for r in rows:
-        m = r.get("metrics", {})
-        note = r.get("message") or ""
-        if r["status"] == "ok" and m.get("clock") == "host":
-            note = "host clock (CPU)"
-        if r["status"] == "ok" and m.get("check", {}).get("checked") is False:
-            note = "output not checked"
-        if r["status"] == "ok" and m.get("telemetry", {}).get("capped"):
-            note = "clock capped: " + ",".join(m["telemetry"]["capped"])
-        host = m.get("host", {})
-        if host.get("host_bound"):
-            note = "host-bound; " + note
-        if host.get("warnings"):
-            note = "host: " + host["warnings"][0] + "; " + note
         style = _STATUS_STYLE.get(r["status"], "")
-        cells = [str(r.get("case_index", "")), _label(r["op"]), m.get("scheme", ""),
-                 f"[{style}]{r['status']}[/{style}]", fmt(m.get("latency_us"), 2)]
-        if with_host:
-            cells.append(fmt(host.get("host_us_per_call"), 2))
-        t.add_row(*cells, fmt(m.get("tflops")), fmt(m.get("gbps")), fmt(m.get("pct_peak")), note[:message_width])
+        t.add_row(*row_cells(r, with_host, f"[{style}]{r['status']}[/{style}]"), row_note(r)[:message_width])
     return t
 
 
