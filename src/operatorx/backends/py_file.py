@@ -152,14 +152,13 @@ def gemm_inputs(case: Case, device: str) -> dict[str, Any]:
     """
     import torch
 
-    from operatorx.backends.torch.gemm import _seed
     from operatorx.backends.torch.quant import torch_dtype
     from operatorx.spec.dtypes import FLOAT_DTYPES
 
     args = case.args
     if not isinstance(args, GemmArgs) or args.a.dtype not in FLOAT_DTYPES or args.a.dtype != args.b.dtype:
         raise Unsupported("gemm_inputs gives float GEMM inputs (one dtype for a and b) only")
-    gen = torch.Generator(device=device).manual_seed(_seed(case))
+    gen = torch.Generator(device=device).manual_seed(case.seed())
     dt = torch_dtype(args.a.dtype)
     inputs = {
         "a": torch.randn(args.m, args.k, generator=gen, device=device, dtype=dt),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any, Literal, Union
 
@@ -79,6 +80,11 @@ class Case(SpecModel):
 
     def __hash__(self) -> int:
         return hash(self.key())
+
+    def seed(self) -> int:
+        """A seed for the case's synthetic inputs: the same case gets the same data in every backend
+        and every process, so A/B sides and reruns compare like with like."""
+        return int(hashlib.sha256(self.key().encode()).hexdigest()[:8], 16)
 
     def to_json(self) -> dict[str, Any]:
         return {"type": self.type, "args": self.args_dict(), "sources": list(self.sources)}

@@ -6,7 +6,6 @@ is refused with the reason, never emulated and never run in another dtype.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from typing import Any, Optional
 
@@ -28,9 +27,6 @@ CHECK_ROWS = 256
 #: ||out - ref|| / ||ref|| allowed, by output dtype: the output's rounding dominates.
 REL_ERROR_BOUND = {"bf16": 1e-2, "fp16": 2e-3, "fp32": 1e-4}
 _TF32_BOUND = 5e-3
-def _seed(case: Case) -> int:
-    return int(hashlib.sha256(case.key().encode()).hexdigest()[:8], 16)
-
 
 def _rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     return float((out.float() - ref).norm() / ref.norm().clamp_min(1e-30))
@@ -98,7 +94,7 @@ class TorchGemm:
         args = case.args
         assert isinstance(args, GemmArgs)
         require_memory(self._device_bytes(args), device)
-        gen = torch.Generator(device=device).manual_seed(_seed(case))
+        gen = torch.Generator(device=device).manual_seed(case.seed())
         if args.a.dtype in FLOAT_DTYPES:
             return self._prepare_float(args, device, gen)
         return self._prepare_fp8(args, device, gen)

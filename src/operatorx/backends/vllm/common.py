@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from typing import Any, Optional
 
 from operatorx.backends.base import Unsupported
 from operatorx.backends.refusal import library_refusal
 from operatorx.spec import Case
 
-__all__ = ["case_seed", "vllm_refusals", "class_name", "kernel_of_linear", "describe_custom_ops"]
-
-
-def case_seed(case: Case) -> int:
-    return int(hashlib.sha256(case.key().encode()).hexdigest()[:8], 16)
+__all__ = ["VllmBackendBase", "built_metadata", "vllm_refusals", "class_name", "kernel_of_linear",
+           "describe_custom_ops"]
 
 
 @contextmanager
@@ -71,3 +67,72 @@ def describe_custom_ops(config: Any) -> Any:
         return list(config.compilation_config.custom_ops)
     except Exception:  # noqa: BLE001
         return None
+
+
+class VllmBackendBase:
+    """What the vllm gemm and moe backends share: the quant plan decides, then vLLM must be there.
+
+    A subclass sets `op_type` and `plan_of(args)` (quant_map's plan, or a reason string).
+    """
+
+    name = "vllm"
+    op_type: str
+
+    @staticmethod
+    def plan_of(args: Any) -> Any:
+        raise NotImplementedError
+
+    def supports(self, case: Case, device: str) -> Optional[str]:
+        plan = self.plan_of(case.args)
+        if isinstance(plan, str):
+            return plan
+        if device != "cuda":
+            return f"device {device!r}: the vllm backend runs on CUDA GPUs"
+        from operatorx.backends.vllm.env import vllm_missing
+
+        return vllm_missing()
+
+    def plan_or_refuse(self, case: Case) -> Any:
+        """The plan for a case about to be prepared; Unsupported when there is none or no vLLM."""
+        from operatorx.backends.vllm.env import vllm_missing
+
+        plan = self.plan_of(case.args)
+        if isinstance(plan, str):
+            raise Unsupported(plan)
+        why = vllm_missing()
+        if why:
+            raise Unsupported(why)
+        return plan
+
+    @staticmethod
+    def build_in_stack(build: Callable[[ExitStack], Any]) -> tuple[Any, ExitStack]:
+        """Run `build` with a fresh ExitStack (vLLM config, default dtype, forward context);
+        on failure the stack is closed here, on success the Prepared's release closes it."""
+        stack = ExitStack()
+        try:
+            return build(stack), stack
+        except BaseException:
+            stack.close()
+            raise
+
+
+def built_metadata(layer: str, plan: Any, before: dict[str, str], after: dict[str, str], size: Optional[int],
+                   env: Any) -> dict[str, Any]:
+    """What every vllm row records about the layer it built: config, parameters, selection
+    environment, custom ops and whether the timed call is a CUDA-graph replay."""
+    from operatorx.backends.vllm.env import selection_env, vllm_version
+
+    return {
+        "framework": f"vllm {vllm_version()}",
+        "layer": layer,
+        "quant_config": plan.quant.to_json() if plan.quant else None,
+        "scheme": plan.scheme,
+        "expected_sm90": plan.expected_sm90,
+        "params_before_loading": before,
+        "params_after_loading": after,
+        "env": selection_env(),
+        "custom_ops": describe_custom_ops(env.config),
+        "cuda_graph": size is not None,
+        "vllm_graph_size": size,
+        "max_capture_size": max(env.capture_sizes),
+    }

@@ -9,11 +9,11 @@ input, so vLLM quantizes the activation, picks and runs its kernel as in serving
 from __future__ import annotations
 
 from contextlib import ExitStack
-from typing import Any, Optional
+from typing import Any
 
-from operatorx.backends.base import Check, Prepared, Unsupported
+from operatorx.backends.base import Check, Prepared
 from operatorx.backends.vllm import quant_map
-from operatorx.backends.vllm.env import vllm_missing
+from operatorx.backends.vllm.common import VllmBackendBase
 from operatorx.spec import Case, GemmArgs
 
 __all__ = ["VllmGemm", "CHECK_ROWS", "BOUND"]
@@ -24,37 +24,17 @@ CHECK_ROWS = 256
 BOUND = {"bf16": 1e-2, "fp8": 1.5e-2}
 
 
-class VllmGemm:
-    name = "vllm"
+class VllmGemm(VllmBackendBase):
     op_type = "gemm"
-
-    def supports(self, case: Case, device: str) -> Optional[str]:
-        args = case.args
-        assert isinstance(args, GemmArgs)
-        plan = quant_map.gemm_plan(args)
-        if isinstance(plan, str):
-            return plan
-        if device != "cuda":
-            return f"device {device!r}: the vllm backend runs on CUDA GPUs"
-        return vllm_missing()
+    plan_of = staticmethod(quant_map.gemm_plan)
 
     def prepare(self, case: Case, device: str) -> Prepared:
         args = case.args
         assert isinstance(args, GemmArgs)
-        plan = quant_map.gemm_plan(args)
-        if isinstance(plan, str):
-            raise Unsupported(plan)
-        why = vllm_missing()
-        if why:
-            raise Unsupported(why)
+        plan = self.plan_or_refuse(case)
         from operatorx.backends.vllm.gemm_build import build_linear
 
-        stack = ExitStack()
-        try:
-            built = build_linear(case, args, plan, stack)
-        except BaseException:
-            stack.close()
-            raise
+        built, stack = self.build_in_stack(lambda stack: build_linear(case, args, plan, stack))
         return _prepared(args, plan, built, stack)
 
 

@@ -10,9 +10,9 @@ import torch
 
 from operatorx.backends.base import Unsupported
 from operatorx.backends.torch.memory import require_memory
-from operatorx.backends.vllm.common import case_seed, describe_custom_ops, kernel_of_linear, vllm_refusals
-from operatorx.backends.vllm.env import VllmEnv, build_quant_config, selection_env, vllm_version
-from operatorx.backends.vllm.graphs import CapturedCall, capture, eager_kernel_names, graph_size
+from operatorx.backends.vllm.common import built_metadata, kernel_of_linear, vllm_refusals
+from operatorx.backends.vllm.env import VllmEnv, build_quant_config
+from operatorx.backends.vllm.graphs import CapturedCall, GraphOrEager, capture, eager_kernel_names, graph_size
 from operatorx.backends.vllm.quant_map import Plan
 from operatorx.backends.vllm.weights import (
     QuantMatrix,
@@ -28,7 +28,7 @@ __all__ = ["BuiltLinear", "build_linear"]
 
 
 @dataclass
-class BuiltLinear:
+class BuiltLinear(GraphOrEager):
     layer: Any
     x: torch.Tensor
     weight: QuantMatrix
@@ -39,9 +39,6 @@ class BuiltLinear:
 
     def eager(self) -> torch.Tensor:
         return self.layer(self.x)
-
-    def timed(self) -> torch.Tensor:
-        return self.graph() if self.graph is not None else self.layer(self.x)
 
 
 def _device_bytes(args: GemmArgs) -> int:
@@ -66,7 +63,7 @@ def build_linear(case: Case, args: GemmArgs, plan: Plan, stack: ExitStack) -> Bu
         raise Unsupported(f"vLLM built the layer unquantized under {plan.quant.cls if plan.quant else '-'} "
                           f"for {args.b.scheme_name()}; timing bf16 in its place would be another op")
 
-    gen = torch.Generator(device="cuda").manual_seed(case_seed(case))
+    gen = torch.Generator(device="cuda").manual_seed(case.seed())
     x = torch.randn(args.m, args.k, generator=gen, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(args.n, args.k, generator=gen, device="cuda", dtype=torch.bfloat16) / args.k ** 0.5
     weight = quantize_matrix(w, plan.scheme)
@@ -104,19 +101,8 @@ def build_linear(case: Case, args: GemmArgs, plan: Plan, stack: ExitStack) -> Bu
 def _metadata(args: GemmArgs, plan: Plan, selected: dict[str, Any], before: dict[str, str],
               after: dict[str, str], size: Optional[int], env: VllmEnv) -> dict[str, Any]:
     meta: dict[str, Any] = {
-        "framework": f"vllm {vllm_version()}",
-        "layer": "vllm.model_executor.layers.linear.ReplicatedLinear",
-        "quant_config": plan.quant.to_json() if plan.quant else None,
-        "scheme": plan.scheme,
+        **built_metadata("vllm.model_executor.layers.linear.ReplicatedLinear", plan, before, after, size, env),
         **selected,
-        "expected_sm90": plan.expected_sm90,
-        "params_before_loading": before,
-        "params_after_loading": after,
-        "env": selection_env(),
-        "custom_ops": describe_custom_ops(env.config),
-        "cuda_graph": size is not None,
-        "vllm_graph_size": size,
-        "max_capture_size": max(env.capture_sizes),
         "synthetic_weights": "random N(0, 1/K), quantized to the checkpoint format",
     }
     if plan.scheme == "fp8_block":

@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 import torch
 
-__all__ = ["graph_size", "CapturedCall", "capture", "eager_kernel_names"]
+__all__ = ["GraphOrEager", "graph_size", "CapturedCall", "capture", "eager_kernel_names"]
 
 
 def graph_size(tokens: int, sizes: list[int]) -> Optional[int]:
@@ -33,6 +33,18 @@ class CapturedCall:
     def __call__(self) -> Any:
         self.graph.replay()
         return self.output
+
+
+class GraphOrEager:
+    """A built layer whose timed call is its captured graph when there is one, else `eager()`."""
+
+    graph: Optional[CapturedCall]
+
+    def eager(self) -> Any:
+        raise NotImplementedError
+
+    def timed(self) -> Any:
+        return self.graph() if self.graph is not None else self.eager()
 
 
 def capture(fn: Callable[[], Any], warmup: int = 2) -> CapturedCall:

@@ -10,12 +10,12 @@ engine enters it once per step for all layers).
 from __future__ import annotations
 
 from contextlib import ExitStack
-from typing import Any, Optional
+from typing import Any
 
-from operatorx.backends.base import Check, Prepared, Unsupported
+from operatorx.backends.base import Check, Prepared
 from operatorx.backends.torch.memory import require_memory
 from operatorx.backends.vllm import quant_map
-from operatorx.backends.vllm.env import vllm_missing
+from operatorx.backends.vllm.common import VllmBackendBase
 from operatorx.spec import Case
 from operatorx.spec.moe import MoeArgs
 
@@ -40,38 +40,18 @@ def _device_bytes(args: MoeArgs) -> int:
     return total + (1 << 29)
 
 
-class VllmMoe:
-    name = "vllm"
+class VllmMoe(VllmBackendBase):
     op_type = "moe"
-
-    def supports(self, case: Case, device: str) -> Optional[str]:
-        args = case.args
-        assert isinstance(args, MoeArgs)
-        plan = quant_map.moe_plan(args)
-        if isinstance(plan, str):
-            return plan
-        if device != "cuda":
-            return f"device {device!r}: the vllm backend runs on CUDA GPUs"
-        return vllm_missing()
+    plan_of = staticmethod(quant_map.moe_plan)
 
     def prepare(self, case: Case, device: str) -> Prepared:
         args = case.args
         assert isinstance(args, MoeArgs)
-        plan = quant_map.moe_plan(args)
-        if isinstance(plan, str):
-            raise Unsupported(plan)
-        why = vllm_missing()
-        if why:
-            raise Unsupported(why)
+        plan = self.plan_or_refuse(case)
         require_memory(_device_bytes(args), "cuda")
         from operatorx.backends.vllm.moe_prepare import build_moe
 
-        stack = ExitStack()
-        try:
-            built = build_moe(case, args, plan, stack)
-        except BaseException:
-            stack.close()
-            raise
+        built, stack = self.build_in_stack(lambda stack: build_moe(case, args, plan, stack))
         return _prepared(args, plan, built, stack)
 
 

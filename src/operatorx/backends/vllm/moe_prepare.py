@@ -9,9 +9,9 @@ from typing import Any, Optional
 import torch
 
 from operatorx.backends.base import Unsupported
-from operatorx.backends.vllm.common import case_seed, class_name, describe_custom_ops, kernel_of_linear, vllm_refusals
-from operatorx.backends.vllm.env import VllmEnv, build_quant_config, selection_env, vllm_version
-from operatorx.backends.vllm.graphs import CapturedCall, capture, eager_kernel_names, graph_size
+from operatorx.backends.vllm.common import built_metadata, class_name, kernel_of_linear, vllm_refusals
+from operatorx.backends.vllm.env import VllmEnv, build_quant_config
+from operatorx.backends.vllm.graphs import CapturedCall, GraphOrEager, capture, eager_kernel_names, graph_size
 from operatorx.backends.vllm.moe_build import MoeBlock, RouterHook, build_block, load_block, process_after_loading
 from operatorx.backends.vllm.quant_map import Plan
 from operatorx.backends.vllm.weights import param_summary
@@ -25,7 +25,7 @@ _BACKEND_ATTRS = ("fp8_backend", "unquantized_backend", "mxfp4_backend", "nvfp4_
 
 
 @dataclass
-class BuiltMoe:
+class BuiltMoe(GraphOrEager):
     block: MoeBlock
     hook: RouterHook
     x: torch.Tensor
@@ -37,9 +37,6 @@ class BuiltMoe:
 
     def eager(self) -> torch.Tensor:
         return self.block(self.x)
-
-    def timed(self) -> torch.Tensor:
-        return self.graph() if self.graph is not None else self.block(self.x)
 
     def run_recorded(self) -> dict[str, torch.Tensor]:
         self.hook.record, self.hook.seen = True, None
@@ -75,7 +72,7 @@ def build_moe(case: Case, args: MoeArgs, plan: Plan, stack: ExitStack) -> BuiltM
         raise Unsupported(f"vLLM built the experts unquantized under {plan.quant.cls if plan.quant else '-'}; "
                           "timing bf16 experts in their place would be another op")
 
-    gen = torch.Generator(device="cuda").manual_seed(case_seed(case))
+    gen = torch.Generator(device="cuda").manual_seed(case.seed())
     before = {"routed_experts": param_summary(re)}
     built.ref = load_block(block, args, plan.scheme, gen)
     with vllm_refusals("process_weights_after_loading", construction=True):
@@ -133,21 +130,11 @@ def _metadata(args: MoeArgs, plan: Plan, block: MoeBlock, wiring: dict[str, Any]
     hit = sum(1 for c in load if c)
     runner = block.experts
     meta: dict[str, Any] = {
-        "framework": f"vllm {vllm_version()}",
-        "layer": "vllm.model_executor.layers.fused_moe.FusedMoE → " + (class_name(runner) or "?"),
-        "quant_config": plan.quant.to_json() if plan.quant else None,
-        "scheme": plan.scheme,
+        **built_metadata("vllm.model_executor.layers.fused_moe.FusedMoE → " + (class_name(runner) or "?"),
+                         plan, before, after, size, env),
         "wiring": wiring,
         "router": class_name(runner.router),
         "experts": _kernel_facts(runner.routed_experts.quant_method),
-        "expected_sm90": plan.expected_sm90,
-        "params_before_loading": before,
-        "params_after_loading": after,
-        "env": selection_env(),
-        "custom_ops": describe_custom_ops(env.config),
-        "cuda_graph": size is not None,
-        "vllm_graph_size": size,
-        "max_capture_size": max(env.capture_sizes),
         "routing": {"distribution": args.routing.name, "seed": args.routing.seed, "forced": forced,
                     "how": "router ran; its top-k ids replaced by the forced ones (its weights kept)" if forced
                     else "vLLM's router's own choice"},

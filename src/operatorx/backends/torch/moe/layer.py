@@ -7,7 +7,6 @@ everything else: refusals, the memory check, weights, the routing histogram, the
 
 from __future__ import annotations
 
-import hashlib
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Optional
 
@@ -30,10 +29,6 @@ from operatorx.spec.moe import MoeArgs
 __all__ = ["TorchMoe", "MoeLayer", "build_layer", "CHECK_ROWS"]
 
 CHECK_ROWS = 256
-
-
-def _seed(case: Case) -> int:
-    return int(hashlib.sha256(case.key().encode()).hexdigest()[:8], 16)
 
 
 class MoeLayer:
@@ -78,7 +73,7 @@ def build_layer(case: Case, device: str, ranges: bool = False) -> MoeLayer:
     args = case.args
     assert isinstance(args, MoeArgs)
     e = args.experts
-    gen = torch.Generator(device=device).manual_seed(_seed(case))
+    gen = torch.Generator(device=device).manual_seed(case.seed())
     routable = e.num + (e.zero or 0)
     x = torch.randn(args.tokens, args.hidden, generator=gen, device=device, dtype=torch.bfloat16)
     forced = forced_ids(args.routing, args.tokens, routable, e.top_k)
