@@ -71,5 +71,16 @@ def _prepared(args: GemmArgs, plan: quant_map.Plan, built: Any, stack: ExitStack
         state.clear()
         stack.close()
 
-    return Prepared(fn=fn, check=check, metadata=built.metadata, release=release,
-                    layers={"eager": built.eager} if built.graph is not None else {})
+    return Prepared(fn=fn, check=check, metadata=built.metadata, release=release, layers=_layers(built))
+
+
+def _layers(built: Any) -> dict[str, Any]:
+    """Deeper entry points for `--host`: the layer's eager forward (when the timed call is a graph
+    replay) and its quant method's `apply`, which skips the module call and its hooks."""
+    layer, x = built.layer, built.x
+    out: dict[str, Any] = {}
+    if built.graph is not None:
+        out["layer.forward"] = built.eager
+    bias = getattr(layer, "bias", None)
+    out["quant_method.apply"] = lambda: layer.quant_method.apply(layer, x, bias)
+    return out
