@@ -59,3 +59,11 @@ def test_invalid_testlist_exits_nonzero_and_stores_nothing(tmp_path, write_testl
 def test_unknown_testlist_name(tmp_path):
     r = runner.invoke(app, ["run", "-t", "no_such_list", "--device", "cpu", "--db", str(tmp_path / "x.db")])
     assert r.exit_code == 2 and "no shipped testlist" in r.output
+
+
+def test_unknown_backend_is_refused_before_anything_runs(tmp_path, write_testlist):
+    db = tmp_path / "x.db"
+    r = runner.invoke(app, ["run", "-t", str(write_testlist([gemm()])), "--backend", "tensorrt", "--device", "cpu",
+                            "--db", str(db)])
+    assert r.exit_code == 2 and "no such backend" in r.output and "torch" in r.output
+    assert not db.exists()

@@ -25,7 +25,7 @@ _ALIASES: dict[str, tuple[str, ...]] = {
 #: Facts a model's reference implementation fixes when its config.json does not say them.
 IMPLEMENTATION_KEYS = (
     "scoring_func", "e_score_correction_bias", "norm_topk_prob", "activation", "gate_dtype",
-    "shared_expert_gate", "moe_intermediate_from", "qkv_bias",
+    "shared_expert_gate", "moe_intermediate_from", "qkv_bias", "gate_logits",
 )
 
 

@@ -13,6 +13,20 @@ module names so a case's sources read like the model's `named_modules()`.
 - Router `gate` replicated; `lm_head` vocab-parallel over the vocab padded to 64.
 - Gated-delta-net linear attention (Qwen3.5/Qwen3-Next): `in_proj_qkvz`, `in_proj_ba`
   column-parallel, `out_proj` row-parallel.
+- DeepSeek-V4 (vllm/models/deepseek_v4/attention.py, compressor.py, nvidia/model.py), modules
+  named as vLLM names them (`attn.*`, `ffn.*`): `attn.fused_wqa_wkv` (wq_a + wkv, replicated),
+  `attn.wq_b` column-parallel, `attn.wo_a` the grouped low-rank output (a bmm over
+  o_groups/tp groups per rank: each case is ONE group's GEMM, N = o_lora_rank,
+  K = heads*head_dim/o_groups), `attn.wo_b` row-parallel over o_groups*o_lora_rank.
+  Layers with compress_ratio > 1 add `attn.compressor.fused_wkv_wgate` (replicated, unquantized,
+  fp32 out; N = 2*coff*head_dim with coff 2 at ratio 4, else 1); ratio-4 layers add the
+  indexer: `attn.indexer.wq_b` (replicated, quantized), `attn.indexer.weights_proj`
+  (replicated, unquantized) and `attn.indexer.compressor.fused_wkv_wgate` (head index_head_dim).
+  Hyper-connection mixing: `hc_attn_fn`/`hc_ffn_fn` (N = (2+hc_mult)*hc_mult) and `hc_head_fn`
+  (N = hc_mult), K = hc_mult*hidden, fp32 weights, replicated; vLLM runs them inside fused
+  tilelang kernels (mhc_pre / hc_head), so these cases time the GEMM part alone.
+  The compressor roles carry the ratio as a suffix (`:c4`, `:c128`): the same module differs
+  in shape by layer.
 """
 
 from __future__ import annotations
@@ -23,7 +37,7 @@ from dataclasses import dataclass
 from operatorx.catalog.arch import Arch
 from operatorx.catalog.errors import CatalogError, MissingField, NotDerived
 
-__all__ = ["GemmShape", "gemm_shapes", "split", "VOCAB_PADDING"]
+__all__ = ["GemmShape", "gemm_shapes", "split", "mlp_prefix", "VOCAB_PADDING"]
 
 #: vLLM's DEFAULT_VOCAB_PADDING_SIZE: lm_head rows are padded to a multiple of this before the split.
 VOCAB_PADDING = 64
@@ -38,6 +52,9 @@ class GemmShape:
     k: int
     scheme_role: str
     bias: bool = False
+    #: A preset that overrides the checkpoint's scheme (layers vLLM builds with quant_config=None).
+    preset: str | None = None
+    out: str = "bf16"
 
 
 def split(total: int, tp: int, field: str, origin: str) -> int:
@@ -90,6 +107,73 @@ def _mla(arch: Arch, tp: int) -> list[GemmShape]:
     return shapes
 
 
+def _dsv4_ratios(arch: Arch) -> set[int]:
+    """The compress ratios of the decoder layers (vLLM: max(1, compress_ratios[layer]))."""
+    what = "DeepSeek-V4 compressor/indexer (compress_ratios)"
+    layers = arch.int("num_hidden_layers", what)
+    ratios = arch.get("compress_ratios", what)
+    if not isinstance(ratios, list) or len(ratios) < layers:
+        raise CatalogError(f"config field 'compress_ratios' must list one ratio per decoder layer ({arch.origin})")
+    return {max(1, int(r)) for r in ratios[:layers]}
+
+
+def _dsv4(arch: Arch, tp: int) -> list[GemmShape]:
+    what = "DeepSeek-V4 attention"
+    hidden = arch.int("hidden_size", what)
+    total_heads = arch.int("num_attention_heads", what)
+    heads = split(total_heads, tp, "num_attention_heads", arch.origin)
+    head_dim = arch.int("head_dim", what)
+    q_lora = arch.int("q_lora_rank", what)
+    o_lora = arch.int("o_lora_rank", what)
+    o_groups = arch.int("o_groups", what)
+    split(o_groups, tp, "o_groups", arch.origin)
+    return [
+        GemmShape("attn.fused_wqa_wkv", q_lora + head_dim, hidden, "attn_qkv"),
+        GemmShape("attn.wq_b", heads * head_dim, q_lora, "attn_qkv"),
+        GemmShape("attn.wo_a", o_lora, split(total_heads * head_dim, o_groups, "num_attention_heads*head_dim",
+                                              arch.origin), "attn_out"),
+        GemmShape("attn.wo_b", hidden, split(o_groups * o_lora, tp, "o_groups*o_lora_rank", arch.origin),
+                  "attn_out"),
+    ]
+
+
+def _dsv4_compressed(arch: Arch, tp: int) -> list[GemmShape]:
+    """Compressor and indexer GEMMs of the layers whose compress ratio is above 1."""
+    if arch.attention != "dsv4":
+        return []
+    what = "DeepSeek-V4 compressor/indexer"
+    hidden = arch.int("hidden_size", what)
+    head_dim = arch.int("head_dim", what)
+    shapes = []
+    ratios = sorted(r for r in _dsv4_ratios(arch) if r > 1)
+    for ratio in ratios:
+        coff = 2 if ratio == 4 else 1
+        shapes.append(GemmShape(f"attn.compressor.fused_wkv_wgate:c{ratio}", 2 * coff * head_dim, hidden,
+                                "attn_qkv", preset="bf16", out="fp32"))
+    if 4 in ratios:
+        n_heads, i_dim = arch.int("index_n_heads", what), arch.int("index_head_dim", what)
+        shapes += [
+            GemmShape("attn.indexer.wq_b", n_heads * i_dim, arch.int("q_lora_rank", what), "attn_qkv"),
+            GemmShape("attn.indexer.weights_proj", n_heads, hidden, "attn_qkv", preset="bf16"),
+            GemmShape("attn.indexer.compressor.fused_wkv_wgate:c4", 2 * 2 * i_dim, hidden, "attn_qkv",
+                      preset="bf16", out="fp32"),
+        ]
+    return shapes
+
+
+def _hyper_connections(arch: Arch, tp: int) -> list[GemmShape]:
+    """DeepSeek-V4 hyper-connection mixing weights (fp32, replicated)."""
+    if arch.opt("hc_mult") is None:
+        return []
+    what = "hyper-connection mixing"
+    mult = arch.int("hc_mult", what)
+    k = mult * arch.int("hidden_size", what)
+    mix = (2 + mult) * mult
+    return [GemmShape("hc_attn_fn", mix, k, "router", preset="fp32", out="fp32"),
+            GemmShape("hc_ffn_fn", mix, k, "router", preset="fp32", out="fp32"),
+            GemmShape("hc_head_fn", mult, k, "router", preset="fp32", out="fp32")]
+
+
 def _linear_attention(arch: Arch, tp: int) -> list[GemmShape]:
     what = "linear attention (in_proj_qkvz, in_proj_ba, out_proj)"
     hidden = arch.int("hidden_size", what)
@@ -118,13 +202,20 @@ def _dense_mlp(arch: Arch, tp: int) -> list[GemmShape]:
                 "intermediate_size", "dense_mlp", arch.origin)
 
 
+def mlp_prefix(arch: Arch) -> str:
+    """vLLM's MLP module name: `ffn` in DeepSeek-V4, `mlp` elsewhere."""
+    return "ffn" if arch.attention == "dsv4" else "mlp"
+
+
 def _moe_side(arch: Arch, tp: int) -> list[GemmShape]:
     """Router gate and shared experts: the GEMMs of a MoE layer outside the fused experts."""
     if not arch.is_moe:
         return []
     hidden = arch.int("hidden_size", "router gate")
-    shapes = [GemmShape("mlp.gate", arch.int("num_experts", "router gate"), hidden, "router",
-                        arch.config.get("model_type") == "gpt_oss")]
+    prefix = mlp_prefix(arch)
+    gate_out = "fp32" if arch.opt("gate_logits") == "fp32" else "bf16"
+    shapes = [GemmShape(f"{prefix}.gate", arch.int("num_experts", "router gate"), hidden, "router",
+                        arch.config.get("model_type") == "gpt_oss", out=gate_out)]
     if arch.opt("shared_expert_intermediate_size"):
         inter = arch.int("shared_expert_intermediate_size", "shared expert")
         shapes += _mlp("mlp.shared_expert", hidden, inter, tp, "shared_expert_intermediate_size",
@@ -132,7 +223,7 @@ def _moe_side(arch: Arch, tp: int) -> list[GemmShape]:
         shapes.append(GemmShape("mlp.shared_expert_gate", 1, hidden, "router"))
     elif arch.opt("n_shared_experts"):
         inter = arch.moe_inter("shared experts") * arch.int("n_shared_experts", "shared experts")
-        shapes += _mlp("mlp.shared_experts", hidden, inter, tp, "moe_intermediate_size*n_shared_experts",
+        shapes += _mlp(f"{prefix}.shared_experts", hidden, inter, tp, "moe_intermediate_size*n_shared_experts",
                        "shared_experts", arch.origin)
     return shapes
 
@@ -146,8 +237,7 @@ def _lm_head(arch: Arch, tp: int) -> list[GemmShape]:
 
 def _attention(arch: Arch, tp: int) -> list[GemmShape]:
     if arch.attention == "dsv4":
-        raise NotDerived("DeepSeek-V4 attention roles (wq_a, wq_b, wkv, wo_a, wo_b, compressor, indexer, "
-                         "hyper-connection mixing)", arch.origin)
+        return _dsv4(arch, tp)
     shapes = _mla(arch, tp) if arch.attention == "mla" else _gqa(arch, tp)
     if arch.has_linear_attention:
         shapes += _linear_attention(arch, tp)
@@ -157,6 +247,8 @@ def _attention(arch: Arch, tp: int) -> list[GemmShape]:
 #: Role groups in the order they are emitted; each fails alone when its facts are missing.
 ROLE_GROUPS: dict[str, Callable[[Arch, int], list[GemmShape]]] = {
     "attention": _attention,
+    "compressor_indexer": _dsv4_compressed,
+    "hyper_connections": _hyper_connections,
     "dense_mlp": _dense_mlp,
     "moe_side": _moe_side,
     "lm_head": _lm_head,

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from operatorx.catalog.arch import Arch, read_arch
 from operatorx.catalog.checkpoints import Checkpoint, find_checkpoints
 from operatorx.catalog.errors import CatalogError, CatalogWarning, MissingField
-from operatorx.catalog.gemm_roles import gemm_shapes
+from operatorx.catalog.gemm_roles import gemm_shapes, mlp_prefix
 from operatorx.catalog.implementations import implementation_for
 from operatorx.catalog.moe_layer import moe_args
 from operatorx.catalog.schemes import ROLES, RoleSchemes, preset
@@ -47,10 +47,11 @@ def gemm_cases(arch: Arch, schemes: RoleSchemes, source_id: str, tp: int, ms: Se
     """GEMM cases of one checkpoint scheme at one TP, one per (role, M)."""
     out = []
     for shape in gemm_shapes(arch, tp, strict, notes):
-        scheme = schemes[shape.scheme_role]
+        scheme = preset(shape.preset, shape.role) if shape.preset else schemes[shape.scheme_role]
+        out = "fp32" if scheme.a.get("dtype") == "fp32" else shape.out
         for m in ms:
             args: dict[str, Any] = {"m": m, "n": shape.n, "k": shape.k, "a": scheme.a, "b": scheme.b,
-                                    "out": "bf16", "parallel": {"tp": tp}}
+                                    "out": out, "parallel": {"tp": tp}}
             if shape.bias:
                 args["bias"] = True
             case = _case("gemm", args, f"{source_id}/{shape.role}", notes)
@@ -61,22 +62,31 @@ def gemm_cases(arch: Arch, schemes: RoleSchemes, source_id: str, tp: int, ms: Se
 
 def moe_cases(arch: Arch, schemes: RoleSchemes, source_id: str, tp: int, tokens: Iterable[int],
               strict: bool, notes: list[str], distributions: Sequence[Any] = ("natural",)) -> list[Case]:
-    """MoE layer cases of one checkpoint scheme at one TP; empty for dense models."""
+    """MoE layer cases of one checkpoint scheme at one TP; empty for dense models.
+
+    A checkpoint with `num_hash_layers` (DeepSeek-V4) also gets its hash-routed layers, cited
+    as `<prefix>.experts:hash`.
+    """
     if not arch.is_moe:
         return []
     out = []
+    kinds = [False] + ([True] if arch.opt("num_hash_layers") else [])
+    prefix = mlp_prefix(arch)
     for t in tokens:
         for dist in distributions:
-            try:
-                args = moe_args(arch, schemes["experts"], schemes["shared_experts"], tp, t, dist)
-            except MissingField as err:
-                if strict:
-                    raise
-                notes.append(f"{arch.origin}: MoE layer not produced: {err}")
-                return out
-            case = _case("moe", args, f"{source_id}/mlp.experts", notes)
-            if case is not None:
-                out.append(case)
+            for hashed in kinds:
+                try:
+                    args = moe_args(arch, schemes["experts"], schemes["shared_experts"], tp, t, dist,
+                                    hash_routed=hashed)
+                except MissingField as err:
+                    if strict:
+                        raise
+                    notes.append(f"{arch.origin}: MoE layer not produced: {err}")
+                    return out
+                role = f"{prefix}.experts:hash" if hashed else f"{prefix}.experts"
+                case = _case("moe", args, f"{source_id}/{role}", notes)
+                if case is not None:
+                    out.append(case)
     return out
 
 

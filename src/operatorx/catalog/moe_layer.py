@@ -21,19 +21,27 @@ __all__ = ["moe_args", "ROUTING_DISTRIBUTIONS"]
 ROUTING_DISTRIBUTIONS: tuple[Any, ...] = ("natural", "balanced", "single_hot", {"kind": "zipf", "s": 1.2})
 
 
-def _router(arch: Arch) -> dict[str, Any]:
+def _router(arch: Arch, hash_routed: bool = False) -> dict[str, Any]:
+    """The router of a MoE layer. `hash_routed`: a DeepSeek-V4 hash layer, which picks experts
+    from a token-id table (`tid2eid`) and has no score-correction bias (vLLM DeepseekV4MoE)."""
     what = "the MoE router"
     arch.int("num_experts", what)
     scoring = arch.get("scoring_func", what)
     groups = arch.opt("n_group") or 1
     select: dict[str, Any] = {"kind": "topk"}
-    if groups > 1:
+    if hash_routed:
+        select = {"kind": "hash", "vocab": arch.int("vocab_size", "hash-routed MoE layers (tid2eid rows)")}
+    elif groups > 1:
         select = {"kind": "grouped_topk", "groups": groups, "topk_groups": arch.int("topk_group", what)}
-    router: dict[str, Any] = {"gate": {"dtype": arch.opt("gate_dtype", "bf16")}, "scoring": scoring,
-                              "select": select}
+    gate: dict[str, Any] = {"dtype": arch.opt("gate_dtype", "bf16")}
+    if arch.opt("gate_logits") is not None:
+        gate["logits"] = arch.opt("gate_logits")
+    router: dict[str, Any] = {"gate": gate, "scoring": scoring, "select": select}
     bias = arch.opt("e_score_correction_bias")
     if bias is None and arch.opt("topk_method") == "noaux_tc":
         bias = True
+    if hash_routed:
+        bias = None
     if bias is not None:
         router["bias"] = bool(bias)
     if arch.has("norm_topk_prob"):
@@ -58,7 +66,7 @@ def _activation(arch: Arch) -> dict[str, Any]:
 
 
 def moe_args(arch: Arch, experts: Scheme, shared: Scheme, tp: int, tokens: int,
-             distribution: Any = "natural", seed: int = 0) -> dict[str, Any]:
+             distribution: Any = "natural", seed: int = 0, hash_routed: bool = False) -> dict[str, Any]:
     """The `moe` args of one layer at `tp` for `tokens` tokens; MissingField names a gap."""
     what = "the MoE layer"
     inter = arch.moe_inter(what)
@@ -71,7 +79,7 @@ def moe_args(arch: Arch, experts: Scheme, shared: Scheme, tp: int, tokens: int,
             "inter": split(inter, tp, "moe_intermediate_size", arch.origin),
             "a1": experts.a, "w1": experts.b, "w2": experts.b, "a2": experts.a,
         },
-        "router": _router(arch),
+        "router": _router(arch, hash_routed),
         "activation": _activation(arch),
         "shared": None,
         "routing": {"distribution": distribution, "seed": seed},

@@ -11,6 +11,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional, Protocol
 
+from operatorx.backends import backend_names
+from operatorx.backends.py_file import is_user_spec
 from operatorx.measure import HostClockTiming, Telemetry
 from operatorx.platform import describe_device, peaks_for, resolve_device
 from operatorx.result import Row
@@ -72,6 +74,9 @@ def run_testlist(config: RunConfig, reporter: Optional[Reporter] = None) -> RunO
     cases = load_testlist(path)                       # raises TestlistError: nothing stored
     chosen = select_cases(cases, config.filter, config.limit)
     testlist_name = config.testlist
+    if not is_user_spec(config.backend) and config.backend not in backend_names():
+        raise ValueError(f"--backend {config.backend}: no such backend (known: {', '.join(backend_names())}; "
+                         "or py:FILE.py:FUNC, mod:PKG.MOD:FUNC@DIR)")
 
     device_kind = resolve_device(config.device)
     device = describe_device(device_kind)
