@@ -12,19 +12,27 @@ from operatorx.spec import load_testlist, shipped_testlists
 
 def test_catalog_size_and_provenance():
     catalog = load_catalog()
-    assert len(catalog) >= 29
+    assert len(catalog) >= 34
     for ckpt in catalog:
         assert ckpt.facts_from, ckpt.id
         assert set(ckpt.tps) <= {1, 2, 4, 8}
 
 
 def test_unconfirmed_roles_warn_with_the_reason():
+    # gpt-oss-120b experts at TP 8: inter 2880/8 = 360 does not tile the MXFP4 group of 32.
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", CatalogWarning)
-        cases = generate(["deepseek-ai/DeepSeek-V4-Flash"], [8], [1])
+        cases = generate(["openai/gpt-oss-120b"], [8], [1], moe_tokens=[1])
     messages = [str(w.message) for w in caught]
-    assert any("DeepSeek-V4 attention roles" in m for m in messages)
+    assert any("mlp.experts: case not produced" in m and "inter=360" in m for m in messages)
     assert any(c.sources[0].endswith("/lm_head") for c in cases)
+
+
+def test_deepseek_v4_produces_every_role_group():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", CatalogWarning)
+        generate(["deepseek-ai/DeepSeek-V4-Flash", "deepseek-ai/DeepSeek-V4-Pro"], [8], [1], moe_tokens=[1])
+    assert not [str(w.message) for w in caught]
 
 
 @pytest.mark.parametrize("name", ["gemm", "gemm_perf", "moe_small"])

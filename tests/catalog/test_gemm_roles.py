@@ -66,3 +66,56 @@ def test_quant_schemes_per_role():
     assert by_role["self_attn.q_b_proj"].args.b.dtype == "bf16"  # self_attn* excluded
     assert by_role["mlp.down_proj"].args.b.dtype == "e2m1"
     assert by_role["mlp.down_proj"].args.a.scale.group == [1, 16]
+
+
+def test_deepseek_v4_pro_roles_tp8():
+    """vLLM DeepseekV4Attention/Compressor/Indexer/MoE at TP 8, checked against the published
+    tensor shapes (wq_a [1536,7168] + wkv [512,7168], wq_b [65536,1536], wo_a [16384,4096],
+    wo_b [7168,16384], compressor wkv/wgate [1024|512,7168], indexer wq_b [8192,1536],
+    weights_proj [64,7168], indexer compressor [256,7168], hc_*_fn [24|4, 28672])."""
+    shapes = shapes_by_role(generate(["deepseek-ai/DeepSeek-V4-Pro"], [8], [1]))
+    assert shapes == {
+        "attn.fused_wqa_wkv": (1536 + 512, 7168),  # replicated
+        "attn.wq_b": (65536 // 8, 1536),
+        "attn.wo_a": (1024, 4096),  # one group of 16/8 = 2 per rank
+        "attn.wo_b": (7168, 16384 // 8),
+        "attn.compressor.fused_wkv_wgate:c4": (2 * 1024, 7168),
+        "attn.compressor.fused_wkv_wgate:c128": (2 * 512, 7168),
+        "attn.indexer.wq_b": (8192, 1536),
+        "attn.indexer.weights_proj": (64, 7168),
+        "attn.indexer.compressor.fused_wkv_wgate:c4": (2 * 256, 7168),
+        "hc_attn_fn": (24, 4 * 7168),
+        "hc_ffn_fn": (24, 4 * 7168),
+        "hc_head_fn": (4, 4 * 7168),
+        "ffn.gate": (384, 7168),
+        "ffn.shared_experts.gate_up_proj": (2 * 3072 // 8, 7168),
+        "ffn.shared_experts.down_proj": (7168, 3072 // 8),
+        "lm_head": (129280 // 8, 7168),
+    }
+
+
+def test_deepseek_v4_operand_types_and_hash_layers():
+    cases = generate(["deepseek-ai/DeepSeek-V4-Flash"], [8], [1], moe_tokens=[1])
+    by_role = {c.sources[0].rsplit("/", 1)[-1]: c for c in cases}
+    assert by_role["attn.wq_b"].args.b.scale.dtype == "ue8m0"
+    comp = by_role["attn.compressor.fused_wkv_wgate:c4"].args
+    assert (comp.a.dtype, comp.b.dtype, comp.out) == ("bf16", "bf16", "fp32")
+    hc = by_role["hc_attn_fn"].args
+    assert (hc.a.dtype, hc.b.dtype, hc.out) == ("fp32", "fp32", "fp32")
+    hashed = by_role["ffn.experts:hash"].args.router
+    assert hashed.select.kind == "hash" and hashed.select.vocab == 129280 and hashed.bias is None
+    assert by_role["ffn.experts"].args.router.bias is True
+
+
+def test_minimax_m2_tp4():
+    cases = generate(["MiniMaxAI/MiniMax-M2"], [4], [1], moe_tokens=[1])
+    # 48 q heads / 4 = 12, 8 kv heads / 4 = 2, head_dim 128; every layer MoE, no shared expert
+    assert shapes_by_role(cases) == {
+        "self_attn.qkv_proj": ((12 + 2 * 2) * 128, 3072),
+        "self_attn.o_proj": (3072, 12 * 128),
+        "mlp.gate": (256, 3072),
+        "lm_head": (200064 // 4, 3072),
+    }
+    moe = next(c for c in cases if c.type == "moe").args
+    assert moe.experts.inter == 1536 // 4 and moe.shared is None
+    assert moe.router.gate.dtype == "fp32" and moe.router.renormalize is True and moe.router.bias is True

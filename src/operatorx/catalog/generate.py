@@ -48,10 +48,10 @@ def gemm_cases(arch: Arch, schemes: RoleSchemes, source_id: str, tp: int, ms: Se
     out = []
     for shape in gemm_shapes(arch, tp, strict, notes):
         scheme = preset(shape.preset, shape.role) if shape.preset else schemes[shape.scheme_role]
-        out = "fp32" if scheme.a.get("dtype") == "fp32" else shape.out
+        out_dtype = "fp32" if scheme.a.get("dtype") == "fp32" else shape.out
         for m in ms:
             args: dict[str, Any] = {"m": m, "n": shape.n, "k": shape.k, "a": scheme.a, "b": scheme.b,
-                                    "out": out, "parallel": {"tp": tp}}
+                                    "out": out_dtype, "parallel": {"tp": tp}}
             if shape.bias:
                 args["bias"] = True
             case = _case("gemm", args, f"{source_id}/{shape.role}", notes)
