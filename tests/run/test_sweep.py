@@ -121,3 +121,35 @@ def test_interrupted_run_keeps_finished_rows(tmp_path, write_testlist, monkeypat
         run_testlist(_config(tmp_path, path))
     doc = Store(str(tmp_path / "ox.db")).document("latest")
     assert doc["run"]["state"] == "interrupted" and len(doc["rows"]) == 2
+
+
+class _BadRelease:
+    """Release fails on m == 2; metadata holds a value JSON cannot encode (a torch dtype)."""
+
+    name, op_type = "bad_release_for_test", "gemm"
+
+    def supports(self, case, device):
+        return None
+
+    def prepare(self, case, device):
+        import torch
+
+        def release():
+            if case.args.m == 2:
+                raise RuntimeError("release failed (planted)")
+
+        return Prepared(fn=lambda: None, check=lambda: Check(0.0, 0.01, 1, "planted"),
+                        metadata={"dtype": torch.bfloat16}, release=release)
+
+
+register_backend("bad_release_for_test", "gemm", _BadRelease)
+
+
+def test_a_failing_release_is_that_case_error_and_the_run_goes_on(tmp_path, write_testlist):
+    path = write_testlist([gemm(m=1), gemm(m=2), gemm(m=3)])
+    outcome = run_testlist(_config(tmp_path, path, backend="bad_release_for_test"))
+    assert [r.status for r in outcome.rows] == ["ok", "error", "ok"]
+    assert "release failed" in outcome.rows[1].message
+    assert outcome.rows[1].metrics["latency_us"] > 0          # the timing is kept beside the error
+    assert outcome.rows[0].metrics["backend_meta"]["dtype"] == "torch.bfloat16"
+    assert Store(str(tmp_path / "ox.db")).row_count(outcome.run_id) == 3

@@ -32,9 +32,9 @@ def ab_command(
     device: Optional[str] = typer.Option(None, "--device", help="cuda or cpu (default: cuda when there is a GPU)."),
     filter_text: Optional[str] = typer.Option(None, "--filter"),
     limit: Optional[int] = typer.Option(None, "--limit", min=1),
-    batches: int = typer.Option(15, "--batches", min=3, help="Host batches per side (paired)."),
+    batches: int = typer.Option(15, "--batches", min=6, help="Host batches per side (paired)."),
     batch_calls: int = typer.Option(200, "--batch-calls", min=1, help="Calls per host batch."),
-    device_rounds: int = typer.Option(15, "--device-rounds", min=2, help="CUDA: event-timed rounds per side."),
+    device_rounds: int = typer.Option(15, "--device-rounds", min=6, help="CUDA: event-timed rounds per side."),
     same_within: float = typer.Option(0.01, "--same-within", help="Verdict 'same' below this fraction of A."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write every result (all samples) here."),
 ) -> None:

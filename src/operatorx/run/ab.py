@@ -44,8 +44,9 @@ class ABSettings:
     """A difference below this fraction of A's time gets the verdict `same` even when resolved."""
 
     def __post_init__(self) -> None:
-        if self.device_rounds < 2 or self.device_round_calls < 1:
-            raise ValueError("ab: device_rounds must be >= 2 and device_round_calls >= 1")
+        if self.device_rounds < 6 or self.device_round_calls < 1:
+            raise ValueError("ab: device_rounds must be >= 6 (fewer pairs cannot reach a 95% verdict) "
+                             "and device_round_calls >= 1")
         if not 0 < self.confidence < 1 or self.same_within_rel < 0:
             raise ValueError("ab: confidence in (0, 1), same_within_rel >= 0")
 

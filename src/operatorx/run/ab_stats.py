@@ -14,7 +14,13 @@ from typing import Any, Optional
 
 import numpy as np
 
-__all__ = ["Difference", "paired_difference"]
+__all__ = ["Difference", "paired_difference", "min_pairs"]
+
+
+def min_pairs(confidence: float) -> int:
+    """Fewest pairs whose signs alone can reach `confidence` (a sign test: all n agree with
+    probability 2 / 2**n under no difference); with fewer, no interval means what it says."""
+    return int(np.ceil(np.log2(2.0 / (1.0 - confidence))))
 
 
 @dataclass(frozen=True)
@@ -66,9 +72,10 @@ def paired_difference(a_us: Sequence[float], b_us: Sequence[float], confidence: 
 
     Verdict: `slower` when the whole interval lies above zero and the median difference exceeds
     `same_within_rel` of A's median (differences smaller than that are not worth a verdict);
-    `faster` the mirror image; `same` when the interval lies within that band, or when the
-    difference is resolved but smaller than it; `inconclusive` when the interval spans zero and
-    reaches past the band (too noisy to say: more batches, or a quieter machine).
+    `faster` the mirror image; `same` when the whole interval lies within that band;
+    `inconclusive` otherwise (the interval spans zero, or reaches past the band while the median
+    stays inside it: too noisy to say — more batches, or a quieter machine), and always when there
+    are fewer pairs than `min_pairs(confidence)`.
     """
     a, b = np.asarray(a_us, dtype=np.float64), np.asarray(b_us, dtype=np.float64)
     if a.shape != b.shape or a.size == 0:
@@ -78,16 +85,16 @@ def paired_difference(a_us: Sequence[float], b_us: Sequence[float], confidence: 
     low, high = _ci(d, confidence, seed)
     a_med = float(np.median(a))
     threshold = same_within_rel * abs(a_med)
-    if low > 0 and diff > threshold:
+    if d.size < min_pairs(confidence):
+        verdict = "inconclusive"
+    elif low > 0 and diff > threshold:
         verdict = "slower"
     elif high < 0 and -diff > threshold:
         verdict = "faster"
     elif -threshold <= low and high <= threshold:
         verdict = "same"
-    elif low <= 0 <= high:
-        verdict = "inconclusive"        # the interval spans zero and more than the `same` band
     else:
-        verdict = "same"                # resolved, but smaller than the band: not worth a verdict
+        verdict = "inconclusive"
     return Difference(a_us=a_med, b_us=float(np.median(b)), diff_us=diff, ci_low_us=low, ci_high_us=high,
                       confidence=confidence, rel_diff=diff / a_med if a_med else float("nan"),
                       p_value=_p_value(d), pairs=int(d.size), verdict=verdict, same_within_rel=same_within_rel)

@@ -6,6 +6,7 @@ flight can be lost.
 
 from __future__ import annotations
 
+import json
 import time
 import traceback
 from dataclasses import dataclass
@@ -20,6 +21,12 @@ from operatorx.run.config import RunConfig
 from operatorx.spec import Case, GemmArgs
 
 __all__ = ["CaseRunner", "Timer"]
+
+
+def _json_safe(metrics: dict[str, Any]) -> dict[str, Any]:
+    """Metrics as plain JSON (a torch dtype in a backend's metadata becomes its name), so storing the
+    row can never fail on them."""
+    return json.loads(json.dumps(metrics, default=str))
 
 
 class Timer(Protocol):
@@ -56,44 +63,63 @@ class CaseRunner:
     testlist: str
 
     def run(self, case: Case, index: int) -> Row:
-        def row(status: str, message: Optional[str] = None, **metrics: Any) -> Row:
-            metrics.setdefault("scheme", case.scheme())
-            return Row(case=case, backend=self.config.backend, status=status, testlist=self.testlist,  # type: ignore[arg-type]
-                       case_index=index, message=message, metrics=metrics)
-
-        backend = get_backend(self.config.backend, case.type)
-        if backend is None:
-            return row("unsupported", f"backend {self.config.backend!r} has no {case.type} op")
-        reason = self._refuse(case, backend)
-        if reason is not None:
-            return row("unsupported", reason)
-        prepared: Optional[Prepared] = None
+        """The case's row. Nothing raised by a backend (prepare, check, timing, release) escapes:
+        it becomes this row's `error`, and the run goes on to the next case."""
+        held: list[Prepared] = []
         try:
-            prepared = backend.prepare(case, self.device.kind)
-            check = prepared.check()
-            if not check.ok:
-                return row("error", f"wrong result: relative error {check.rel_error:.3g} > bound {check.bound:.3g} "
-                           f"({check.reference})", check=check.to_json(), backend_meta=prepared.metadata)
-            metrics = self._measure(case, prepared)
-            metrics["check"] = check.to_json()
-            if self.config.host:
-                from operatorx.run.host import host_metrics
-
-                metrics["host"] = host_metrics(prepared, self.device.kind, self.config.host_timing,
-                                               metrics["latency_us"] if metrics["clock"] == "device" else None)
-            return row("ok", **metrics)
-        except Unsupported as err:
-            return row("unsupported", err.reason)
+            status, message, metrics = self._attempt(case, held)
         except Exception as err:  # noqa: BLE001 - any failure becomes this case's error row
             reason = library_refusal(err)
-            if reason is not None and prepared is None:
-                return row("unsupported", f"library refused: {reason}")
-            return row("error", f"{type(err).__name__}: {str(err).strip()[:500]}",
-                       traceback=traceback.format_exc(limit=6))
+            if reason is not None and not held:
+                status, message, metrics = "unsupported", f"library refused: {reason}", {}
+            else:
+                status, message = "error", f"{type(err).__name__}: {str(err).strip()[:500]}"
+                metrics = {"traceback": traceback.format_exc(limit=6)}
+        cleanup = self._release(held)
+        if cleanup is not None:
+            status = "error"
+            message = f"{message}; {cleanup}" if message else cleanup
+        metrics.setdefault("scheme", case.scheme())
+        return Row(case=case, backend=self.config.backend, status=status, testlist=self.testlist,  # type: ignore[arg-type]
+                   case_index=index, message=message, metrics=_json_safe(metrics))
+
+    def _attempt(self, case: Case, held: list[Prepared]) -> tuple[str, Optional[str], dict[str, Any]]:
+        """(status, message, metrics); the prepared case goes into `held` as soon as it exists."""
+        backend = get_backend(self.config.backend, case.type)
+        if backend is None:
+            return "unsupported", f"backend {self.config.backend!r} has no {case.type} op", {}
+        reason = self._refuse(case, backend)
+        if reason is not None:
+            return "unsupported", reason, {}
+        try:
+            held.append(backend.prepare(case, self.device.kind))
+        except Unsupported as err:
+            return "unsupported", err.reason, {}
+        prepared = held[0]
+        check = prepared.check()
+        if not check.ok:
+            return ("error", f"wrong result: relative error {check.rel_error:.3g} > bound {check.bound:.3g} "
+                    f"({check.reference})", {"check": check.to_json(), "backend_meta": prepared.metadata})
+        metrics = self._measure(case, prepared)
+        metrics["check"] = check.to_json()
+        if self.config.host:
+            from operatorx.run.host import host_metrics
+
+            metrics["host"] = host_metrics(prepared, self.device.kind, self.config.host_timing,
+                                           metrics["latency_us"] if metrics["clock"] == "device" else None)
+        return "ok", None, metrics
+
+    def _release(self, held: list[Prepared]) -> Optional[str]:
+        """Release the case's memory and state; a failure here is reported, never raised."""
+        try:
+            for prepared in held:
+                if prepared.release is not None:
+                    prepared.release()
+        except Exception as err:  # noqa: BLE001
+            return f"release failed: {type(err).__name__}: {str(err).strip()[:300]}"
         finally:
-            if prepared is not None and prepared.release is not None:
-                prepared.release()
             self._free()
+        return None
 
     def _refuse(self, case: Case, backend: Backend) -> Optional[str]:
         if self.device.kind == "cpu" and case.flops() > self.config.cpu_max_gflop * 1e9:
