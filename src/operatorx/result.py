@@ -32,6 +32,7 @@ class Row:
         out: dict[str, Any] = {
             "op": {"type": self.case.type, "args": self.case.args_dict(), "backend": self.backend,
                    "sources": list(self.case.sources)},
+            "label": self.case.label(),
             "status": self.status,
             "testlist": self.testlist,
             "case_index": self.case_index,

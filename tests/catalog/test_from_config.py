@@ -77,3 +77,13 @@ def test_moe_without_scoring_func_is_an_error(tmp_path, fixtures):
     path.write_text(json.dumps(config))
     with pytest.raises(CatalogError, match="scoring_func"):
         from_config(path, "bf16", 1)
+
+
+def test_a_config_that_is_not_an_object_is_refused(tmp_path):
+    from operatorx.catalog.errors import CatalogError
+    from operatorx.catalog.generate import from_config
+
+    path = tmp_path / "config.json"
+    path.write_text("[1, 2]")
+    with pytest.raises(CatalogError, match="a config.json is a JSON object, got list"):
+        from_config(path, "bf16", 1)

@@ -85,3 +85,16 @@ def test_per_channel_weight_scale_counts_one_per_output_row():
     c = Case.model_validate(d)
     assert c.args.b.scale.count(512, 256, weight=True) == 512
     assert c.args.a.scale.count(4, 256, weight=False) == 4
+
+
+def test_moe_flops_without_a_gate_projection():
+    gated = Case.model_validate(moe())
+    plain = Case.model_validate(moe(activation={"kind": "gelu", "gated": False}))
+    t, h, k, i = 8, 256, 2, 128
+    assert gated.flops() - plain.flops() == 2 * t * k * h * i
+
+
+def test_bias_bytes_follow_the_bias_dtype():
+    c = Case.model_validate(gemm(m=1, n=64, k=64, bias="fp32"))
+    plain = Case.model_validate(gemm(m=1, n=64, k=64))
+    assert c.min_bytes() - plain.min_bytes() == 64 * 4

@@ -129,3 +129,10 @@ def test_dump_then_load_round_trips(tmp_path):
     dump_testlist(cases, out)
     assert load_testlist(out) == cases
     assert json.loads(out.read_text())[0]["sources"] == cases[0].sources
+
+
+def test_not_utf8(write_testlist, tmp_path):
+    path = tmp_path / "latin1.json"
+    path.write_bytes(b'[{"type": "gemm", "sources": ["caf\xe9"]}]')
+    with pytest.raises(TestlistError, match="not UTF-8 text"):
+        load_testlist(path)

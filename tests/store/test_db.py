@@ -29,7 +29,7 @@ def test_rows_are_committed_one_by_one_and_read_back(tmp_path):
     assert doc["rows"][1]["message"] == "why"
     assert doc["rows"][0]["op"]["sources"] == ["a/b/q_proj"]
     csv = document_csv(doc)
-    assert csv.splitlines()[0].startswith("case_index,type,m,n,k")
+    assert csv.splitlines()[0].startswith("case_index,type,label,m,n,k")
     assert len(csv.splitlines()) == 3
 
 

@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import Any, Optional
 
 from operatorx.backends.base import Check, Prepared, Unsupported
+from operatorx.backends.check import CHECK_ROWS, REL_ERROR_BOUND, rel_error
 from operatorx.spec import Case, GemmArgs
 
 __all__ = ["UserBackend", "user_backend", "load_user_function", "parse_settings", "gemm_inputs", "is_user_spec"]
 
-_CHECK_ROWS = 256
 _LOADED: dict[tuple[str, str], Any] = {}
 _HANDED_OUT: ContextVar[Optional[list[dict[str, Any]]]] = ContextVar("operatorx_user_inputs", default=None)
 
@@ -172,12 +172,11 @@ def gemm_inputs(case: Case, device: str) -> dict[str, Any]:
 
 
 def _gemm_check(fn: Callable[[], Any], inputs: dict[str, Any], args: GemmArgs) -> Callable[[], Check]:
-    from operatorx.backends.torch.gemm import REL_ERROR_BOUND, _rel_error
 
     def check() -> Check:
         import torch
 
-        rows = min(args.m, _CHECK_ROWS)
+        rows = min(args.m, CHECK_ROWS)
         out = fn()
         why = "fp32 matmul of the inputs gemm_inputs gave"
         if not isinstance(out, torch.Tensor) or list(out.shape) != [args.m, args.n]:
@@ -187,7 +186,7 @@ def _gemm_check(fn: Callable[[], Any], inputs: dict[str, Any], args: GemmArgs) -
         ref = inputs["a"][:rows].float() @ inputs["b"].float().T
         if inputs["bias"] is not None:
             ref += inputs["bias"].float()
-        return Check(_rel_error(out[:rows], ref), REL_ERROR_BOUND.get(args.out, 1e-2), rows, why)
+        return Check(rel_error(out[:rows], ref), REL_ERROR_BOUND.get(args.out, 1e-2), rows, why)
 
     return check
 

@@ -138,11 +138,15 @@ def from_config(path: str | Path, scheme: str, tp: int, ms: Sequence[int] | None
     _check_tps([tp])
     path = Path(path)
     try:
-        config = json.loads(path.read_text())
+        config = json.loads(path.read_text(encoding="utf-8"))
     except OSError as err:
         raise CatalogError(f"{path}: cannot read: {err.strerror or err}") from err
+    except UnicodeDecodeError as err:
+        raise CatalogError(f"{path}: not UTF-8 text (byte {err.start})") from err
     except json.JSONDecodeError as err:
         raise CatalogError(f"{path}: not JSON: line {err.lineno}: {err.msg}") from err
+    if not isinstance(config, dict):
+        raise CatalogError(f"{path}: a config.json is a JSON object, got {type(config).__name__}")
     chosen = preset(scheme, "--scheme")
     bf16 = preset("bf16", "--scheme")
     role_map = RoleSchemes(scheme, {r: bf16 if r in ("router", "lm_head") else chosen for r in ROLES})

@@ -32,7 +32,12 @@ def warmup(fn: Callable[[], Any], sync: Callable[[], None], settings: TimingSett
 
 
 def stop_reason(samples: int, measured_s: float, wall_s: float, settings: TimingSettings) -> Optional[str]:
-    """None to keep going; else why to stop. A timeout wins over everything but min_samples."""
+    """None to keep going; else why to stop.
+
+    `timeout_s` caps one measurement even before `min_samples` (a prefill GEMM of seconds per call
+    cannot take 10 samples in any reasonable time); the row then says `timeout` and how many
+    samples its median has.
+    """
     if samples >= settings.max_samples:
         return "max_samples"
     if samples >= settings.min_samples and measured_s >= settings.min_time_s:

@@ -20,8 +20,11 @@ def fmt(value: Optional[float], digits: int = 1) -> str:
     return f"{value:.{digits}f}" if abs(value) >= 1 else f"{value:.3g}"
 
 
-def _label(op: dict[str, Any]) -> str:
-    a = op["args"]
+def _label(r: dict[str, Any]) -> str:
+    """The row's case label (Row.to_json writes Case.label()); a short one for older documents."""
+    if r.get("label"):
+        return str(r["label"])
+    op, a = r["op"], r["op"]["args"]
     if op["type"] == "gemm":
         return f"gemm {a['m']}x{a['n']}x{a['k']}"
     e = a["experts"]
@@ -29,21 +32,26 @@ def _label(op: dict[str, Any]) -> str:
 
 
 def row_note(r: dict[str, Any]) -> str:
-    """The one-line note of a row: the reason it did not run, or what to know about its number."""
+    """The row's notes, joined: the reason it did not run, and everything to know about its number."""
     m = r.get("metrics", {})
-    note = r.get("message") or ""
-    if r["status"] == "ok" and m.get("clock") == "host":
-        note = "host clock (CPU)"
-    if r["status"] == "ok" and m.get("check", {}).get("checked") is False:
-        note = "output not checked"
-    if r["status"] == "ok" and m.get("telemetry", {}).get("capped"):
-        note = "clock capped: " + ",".join(m["telemetry"]["capped"])
+    notes: list[str] = []
+    if r.get("message"):
+        notes.append(r["message"])
     host = m.get("host", {})
     if host.get("host_bound"):
-        note = "host-bound; " + note
+        notes.append("host-bound")
     if host.get("warnings"):
-        note = "host: " + host["warnings"][0] + "; " + note
-    return note
+        notes.append("host: " + host["warnings"][0])
+    if r["status"] == "ok":
+        if m.get("check", {}).get("checked") is False:
+            notes.append("output not checked")
+        if m.get("clock") == "host":
+            notes.append("host clock (CPU)")
+        if m.get("telemetry", {}).get("capped"):
+            notes.append("clock capped: " + ",".join(m["telemetry"]["capped"]))
+        if m.get("stop_reason") == "timeout":
+            notes.append(f"timed out after {m.get('summary_us', {}).get('n', '?')} samples")
+    return "; ".join(notes)
 
 
 def row_columns(rows: list[dict[str, Any]]) -> list[tuple[str, str]]:
@@ -57,7 +65,7 @@ def row_columns(rows: list[dict[str, Any]]) -> list[tuple[str, str]]:
 
 def row_cells(r: dict[str, Any], with_host: bool, status: Optional[str] = None) -> list[str]:
     m = r.get("metrics", {})
-    cells = [str(r.get("case_index", "")), _label(r["op"]), m.get("scheme", ""), status or r["status"],
+    cells = [str(r.get("case_index", "")), _label(r), m.get("scheme", ""), status or r["status"],
              fmt(m.get("latency_us"), 2)]
     if with_host:
         cells.append(fmt(m.get("host", {}).get("host_us_per_call"), 2))
@@ -90,6 +98,6 @@ def layers_table(rows: Iterable[dict[str, Any]]) -> Optional[Table]:
         for name, info in host.get("layers", {}).items():
             any_layer = True
             vs = info.get("error") or info.get("output_vs_public", {}).get("result") or info.get("same_as", "")
-            t.add_row(str(r.get("case_index", "")), _label(r["op"]), name, fmt(info.get("host_us_per_call"), 2),
+            t.add_row(str(r.get("case_index", "")), _label(r), name, fmt(info.get("host_us_per_call"), 2),
                       fmt(info.get("iqr_us"), 2), str(vs)[:80])
     return t if any_layer else None

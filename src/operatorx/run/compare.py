@@ -51,7 +51,7 @@ def compare_outputs(x: Any, y: Any) -> dict[str, Any]:
         max_abs = float((af - bf).abs().max())
         entry = {"result": "within_tolerance" if rel <= bound else "different", "rel_error": rel,
                  "max_abs_error": max_abs, "bound": bound, "output": i}
-        if entry["result"] == "different" or worst["result"] == "bitwise":
+        if entry["result"] == "different" or rel > worst.get("rel_error", -1.0):
             worst = entry
         if entry["result"] == "different":
             break

@@ -47,7 +47,8 @@ class GemmArgs(SpecModel):
             a_bytes = self.a.bytes(self.m, self.k, weight=False)
         b_bytes = self.b.bytes(self.n, self.k, weight=True)
         out_bytes = self.m * self.n * ELEMENT_BITS[self.out] // 8
-        bias_bytes = self.n * ELEMENT_BITS[self.out] // 8 if self.bias else 0
+        bias_dtype = self.bias if isinstance(self.bias, str) else self.out
+        bias_bytes = self.n * ELEMENT_BITS[bias_dtype] // 8 if self.bias else 0
         return a_bytes + b_bytes + out_bytes + bias_bytes
 
     def scheme(self) -> str:

@@ -148,13 +148,18 @@ class MoeArgs(SpecModel):
         return self
 
     def flops(self) -> int:
-        """The format's count: router + routed experts + latent projections + shared experts."""
+        """The format's count: router + routed experts + latent projections + shared experts.
+
+        The format writes 6·T·k·W·I for the experts: gate and up (4) plus down (2). A non-gated
+        activation (`gated: false`) has no gate projection, so its experts count 4·T·k·W·I.
+        """
         t, h, e = self.tokens, self.hidden, self.experts
-        total = 2 * t * h * e.num + 6 * t * e.top_k * self.width * e.inter
+        mult = 6 if self.activation.is_gated else 4
+        total = 2 * t * h * e.num + mult * t * e.top_k * self.width * e.inter
         if e.latent:
             total += 4 * t * h * self.width
         if self.shared is not None:
-            total += 6 * t * h * self.shared.inter * self.shared.count
+            total += mult * t * h * self.shared.inter * self.shared.count
         return total
 
     def expected_experts_hit(self) -> float:

@@ -63,9 +63,11 @@ def parse_cases(data: Any, origin: str) -> list[Case]:
 def load_testlist(path: str | os.PathLike[str]) -> list[Case]:
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as err:
         raise TestlistError([f"{path}: cannot read: {err.strerror or err}"]) from err
+    except UnicodeDecodeError as err:
+        raise TestlistError([f"{path}: not UTF-8 text (byte {err.start}): a testlist is a JSON file"]) from err
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:

@@ -12,8 +12,8 @@ from typing import Any
 
 __all__ = ["write_json_atomic", "document_csv"]
 
-_CSV_FIELDS = ["case_index", "type", "m", "n", "k", "tokens", "scheme", "backend", "status",
-               "latency_us", "tflops", "gbps", "pct_peak", "method", "message", "sources"]
+_CSV_FIELDS = ["case_index", "type", "label", "m", "n", "k", "tokens", "scheme", "backend", "status",
+               "latency_us", "tflops", "gbps", "pct_peak", "method", "clock", "checked", "message", "sources"]
 
 
 def write_json_atomic(data: Any, path: Path) -> None:
@@ -37,7 +37,8 @@ def document_csv(doc: dict[str, Any]) -> str:
     for row in doc["rows"]:
         args, m = row["op"]["args"], row.get("metrics", {})
         w.writerow({
-            "case_index": row.get("case_index"), "type": row["op"]["type"],
+            "case_index": row.get("case_index"), "type": row["op"]["type"], "label": row.get("label"),
+            "clock": m.get("clock"), "checked": m["check"].get("checked", True) if "check" in m else None,
             "m": args.get("m"), "n": args.get("n"), "k": args.get("k"),
             "tokens": args.get("tokens"), "scheme": m.get("scheme"), "backend": row["op"]["backend"],
             "status": row["status"], "latency_us": m.get("latency_us"), "tflops": m.get("tflops"),

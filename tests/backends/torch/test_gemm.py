@@ -46,6 +46,7 @@ def test_check_catches_a_wrong_result(monkeypatch):
     (gemm(a={"dtype": "bf16"}, b={"dtype": "fp16"}), "one dtype"),
     (gemm(out="fp32"), "returns bf16"),
     (gemm(activation="silu"), "fused activation"),
+    (gemm(bias="fp32"), "bias in fp32"),
     (fp8_block(), "fp8 on CPU"),
 ])
 def test_cpu_refusals(case, reason):

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from operatorx.backends.base import Check, Prepared, Unsupported
+from operatorx.backends.check import CHECK_ROWS, REL_ERROR_BOUND, rel_error
 from operatorx.backends.refusal import library_refusal
 from operatorx.backends.torch.gemm_layers import float_layers, fp8_layers
 from operatorx.backends.torch.memory import require_memory
@@ -21,16 +22,9 @@ from operatorx.backends.torch.scaled_mm import recipe_for, scale_a_layout, scale
 from operatorx.spec import Case, GemmArgs
 from operatorx.spec.dtypes import FLOAT_DTYPES
 
-__all__ = ["TorchGemm", "REL_ERROR_BOUND"]
+__all__ = ["TorchGemm"]
 
-CHECK_ROWS = 256
-#: ||out - ref|| / ||ref|| allowed, by output dtype: the output's rounding dominates.
-REL_ERROR_BOUND = {"bf16": 1e-2, "fp16": 2e-3, "fp32": 1e-4}
 _TF32_BOUND = 5e-3
-
-def _rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
-    return float((out.float() - ref).norm() / ref.norm().clamp_min(1e-30))
-
 
 def _reference(a_rows: torch.Tensor, weight_fp32_chunks: Callable[[int, int], torch.Tensor], n: int) -> torch.Tensor:
     """fp32 a_rows @ W.T, W produced in N-chunks so the fp32 weight never exists whole."""
@@ -48,6 +42,8 @@ class TorchGemm:
         args = case.args
         assert isinstance(args, GemmArgs)
         a, b = args.a, args.b
+        if isinstance(args.bias, str) and args.bias != args.out:
+            return f"bias in {args.bias}: torch adds the bias in the output dtype ({args.out})"
         if args.activation is not None:
             return ("torch has no GEMM with a fused activation epilogue; F.linear then an activation "
                     "would time two ops")
@@ -131,7 +127,7 @@ class TorchGemm:
                 ref += state["bias"].float()
             tf32 = dt == torch.float32 and device == "cuda" and torch.backends.cuda.matmul.allow_tf32
             bound = _TF32_BOUND if tf32 else REL_ERROR_BOUND[args.out]
-            return Check(_rel_error(out, ref), bound, rows, "fp32 matmul of the same inputs")
+            return Check(rel_error(out, ref), bound, rows, "fp32 matmul of the same inputs")
 
         meta = {"call": "torch.nn.functional.linear", "dtype": args.a.dtype,
                 "allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32) if device == "cuda" else None}
@@ -213,7 +209,7 @@ class TorchGemm:
             ref = _reference(a_ref, w_chunk, args.n)
             if state["bias"] is not None:
                 ref += state["bias"].float()
-            return Check(_rel_error(out, ref), REL_ERROR_BOUND[args.out], rows,
+            return Check(rel_error(out, ref), REL_ERROR_BOUND[args.out], rows,
                          "fp32 matmul of the dequantized fp8 operands")
 
         meta = {"call": "torch.nn.functional.scaled_mm", "recipe": recipe.name,

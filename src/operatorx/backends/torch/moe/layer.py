@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from operatorx.backends.base import Check, Prepared, Unsupported
+from operatorx.backends.check import CHECK_ROWS
 from operatorx.backends.refusal import library_refusal
 from operatorx.backends.torch.memory import require_memory
 from operatorx.backends.torch.moe import build, support
@@ -26,9 +27,8 @@ from operatorx.backends.torch.quant import torch_dtype
 from operatorx.spec import Case
 from operatorx.spec.moe import MoeArgs
 
-__all__ = ["TorchMoe", "MoeLayer", "build_layer", "CHECK_ROWS"]
+__all__ = ["TorchMoe", "MoeLayer", "build_layer"]
 
-CHECK_ROWS = 256
 
 
 class MoeLayer:

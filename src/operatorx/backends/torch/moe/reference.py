@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Optional
 import torch
 
 from operatorx.backends.base import Check
+from operatorx.backends.check import rel_error
 from operatorx.backends.torch.moe.activation import apply_activation
 from operatorx.backends.torch.quant import dequantize, quantize
 from operatorx.spec.moe import GroupedTopK, HashSelect
@@ -83,10 +84,6 @@ def _qdq(x: torch.Tensor, scale: Optional[Scale]) -> torch.Tensor:
         return x
     q, s = quantize(x, "e4m3", scale, weight=False)
     return dequantize(q, s, scale.block(*x.shape, weight=False))
-
-
-def _rel(out: torch.Tensor, ref: torch.Tensor) -> float:
-    return float((out.float() - ref).norm() / ref.norm().clamp_min(1e-30))
 
 
 def _routing(layer: MoeLayer, routed: RouterOutput, rows: int) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -155,7 +152,7 @@ def check_layer(layer: MoeLayer, out: torch.Tensor, routed: RouterOutput, max_ro
     rows = min(args.tokens, max_rows)
     x = layer.x[:rows].float()
     logits_ref = x @ layer.router.w.gate.float().T
-    logits_err = _rel(routed.logits[:rows], logits_ref)
+    logits_err = rel_error(routed.logits[:rows], logits_ref)
     ids, w, wrong = _routing(layer, routed, rows)
     x_e = x
     lat = layer.latent
@@ -168,10 +165,10 @@ def check_layer(layer: MoeLayer, out: torch.Tensor, routed: RouterOutput, max_ro
         ref = ref @ lat.up.float().T
     if layer.shared is not None:
         ref = ref + _shared(layer, x)
-    out_err = _rel(out[:rows], ref)
+    out_err = rel_error(out[:rows], ref)
     scheme = "fp8_rowwise" if layer.experts.fp8 or (layer.shared and layer.shared.fp8_scales) else "bf16"
     # a token routed to experts that are not a valid top-k pick is a wrong result by itself
-    rel_error = max(out_err, logits_err) if wrong == 0 else math.inf
-    return Check(rel_error, REL_ERROR_BOUND[scheme], rows,
+    worst = max(out_err, logits_err) if wrong == 0 else math.inf
+    return Check(worst, REL_ERROR_BOUND[scheme], rows,
                  f"fp32 per-expert loop (router logits rel err {logits_err:.2g}, output rel err {out_err:.2g}; "
                  f"{wrong} of {rows} tokens' expert choice was not a valid pick and was replaced)")
