@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Optional
@@ -18,6 +17,7 @@ from operatorx.run import select_cases
 from operatorx.run.ab import ABSettings, run_ab_case
 from operatorx.run.ab_spec import parse_side
 from operatorx.spec import TestlistError, load_testlist, resolve_testlist
+from operatorx.store import write_json_atomic
 
 __all__ = ["ab_command"]
 
@@ -52,12 +52,13 @@ def ab_command(
     except (ValueError, RuntimeError) as err:
         _err.print(f"error: {err}", highlight=False, markup=False)
         raise typer.Exit(2) from err
-    results = []
+    results: list[dict] = []
     for index, case in cases:
         _err.print(escape(f"[{index}] {case.label()}"), highlight=False)
         results.append({"case_index": index, **run_ab_case(case, side_a, side_b, device_kind, settings).to_json()})
+        if json_path is not None:   # rewritten after every case: a crash loses at most the case in flight
+            write_json_atomic({"a": a, "b": b, "device": device_kind, "testlist": testlist, "results": results},
+                              json_path)
     _out.print(ab_table(results, title=escape(f"A = {a}   B = {b}   ({testlist}, {device_kind}; B − A in µs)")))
     if json_path is not None:
-        json_path.write_text(json.dumps({"a": a, "b": b, "device": device_kind, "testlist": testlist,
-                                         "results": results}, indent=1, default=str))
         _out.print(f"results in {json_path}")

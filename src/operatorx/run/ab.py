@@ -20,11 +20,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from operatorx.backends import Prepared, Unsupported
+from operatorx.backends import Prepared
 from operatorx.measure.host_time import HostTimeSettings, HostTiming
 from operatorx.measure.settings import TimingSettings
 from operatorx.run.ab_spec import Side
 from operatorx.run.ab_stats import paired_difference
+from operatorx.run.case import prepare_and_check
 from operatorx.run.compare import compare_outputs
 from operatorx.spec import Case
 
@@ -41,6 +42,8 @@ class ABSettings:
     """Warmup and method-A switches (spin, L2 flush) for device time."""
     confidence: float = 0.95
     same_within_rel: float = 0.01
+    cpu_max_gflop: float = 50.0
+    """On the CPU device, larger cases are unsupported (as in `run`)."""
     """A difference below this fraction of A's time gets the verdict `same` even when resolved."""
 
     def __post_init__(self) -> None:
@@ -67,28 +70,24 @@ class ABResult:
                 "host": self.host, "device": self.device}
 
 
-def _prepare(side: Side, case: Case, device: str) -> tuple[Optional[Prepared], dict[str, Any]]:
+def _prepare(side: Side, case: Case, device: str, settings: ABSettings,
+             held: list[Prepared]) -> tuple[Optional[Prepared], dict[str, Any]]:
+    """One side up to timing, by the same steps as `run` (run/case.py: prepare_and_check)."""
     info: dict[str, Any] = {"spec": side.spec}
-    backend = side.backend(case.type)
-    if backend is None:
-        info["unsupported"] = f"backend {side.base!r} has no {case.type} op"
-        return None, info
-    reason = backend.supports(case, device)
-    if reason is not None:
-        info["unsupported"] = reason
-        return None, info
+    mine: list[Prepared] = []
     try:
         with side.context():
-            prepared = backend.prepare(case, device)
-            check = prepared.check()
-    except Unsupported as err:
-        info["unsupported"] = err.reason
+            status, message, check = prepare_and_check(side.backend(case.type), side.base, case, device,
+                                                       settings.cpu_max_gflop, mine)
+    finally:
+        held.extend(mine)                       # released by the caller, whatever happened here
+    if check is not None:
+        info["check"] = check.to_json()
+        info["metadata"] = dict(mine[0].metadata)
+    if status != "ok":
+        info["unsupported" if status == "unsupported" else "error"] = message
         return None, info
-    info["check"] = check.to_json()
-    info["metadata"] = dict(prepared.metadata)
-    if not check.ok:
-        info["error"] = f"wrong result: relative error {check.rel_error:.3g} > bound {check.bound:.3g}"
-    return prepared, info
+    return mine[0], info
 
 
 def _device_rounds(fns: dict[str, Callable[[], Any]], sides: dict[str, Side], settings: ABSettings,
@@ -125,9 +124,10 @@ def run_ab_case(case: Case, a: Side, b: Side, device: str, settings: ABSettings)
     sides = {"a": a, "b": b}
     result = ABResult(case=case, status="ok")
     prepared: dict[str, Prepared] = {}
+    held: list[Prepared] = []
     try:
         for name, side in sides.items():
-            p, info = _prepare(side, case, device)
+            p, info = _prepare(side, case, device, settings, held)
             result.sides[name] = info
             if p is not None:
                 prepared[name] = p
@@ -165,7 +165,11 @@ def run_ab_case(case: Case, a: Side, b: Side, device: str, settings: ABSettings)
         result.message = f"{type(err).__name__}: {str(err).strip()[:500]}"
         result.sides["traceback"] = traceback.format_exc(limit=6)
     finally:
-        for p in prepared.values():
-            if p.release is not None:
-                p.release()
+        for p in held:
+            try:
+                if p.release is not None:
+                    p.release()
+            except Exception as err:  # noqa: BLE001 - a failed release is this case's error, not the run's
+                result.status = "error"
+                result.message = f"{result.message + '; ' if result.message else ''}release failed: {err}"
     return result

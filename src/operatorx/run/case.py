@@ -12,7 +12,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Optional, Protocol
 
-from operatorx.backends import Backend, Prepared, Unsupported, get_backend
+from operatorx.backends import Backend, Check, Prepared, Unsupported, get_backend
 from operatorx.backends.refusal import library_refusal
 from operatorx.measure import Measurement, Telemetry
 from operatorx.platform import DeviceInfo, Peaks, compute_class
@@ -20,7 +20,38 @@ from operatorx.result import Row
 from operatorx.run.config import RunConfig
 from operatorx.spec import Case, GemmArgs
 
-__all__ = ["CaseRunner", "Timer"]
+__all__ = ["CaseRunner", "Timer", "prepare_and_check"]
+
+
+def prepare_and_check(backend: Optional[Backend], backend_name: str, case: Case, device: str,
+                      cpu_max_gflop: float, held: list[Prepared]) -> tuple[str, Optional[str], Optional[Check]]:
+    """Everything before timing, the same for `run` and `ab`: (status, message, check).
+
+    The prepared case is appended to `held` as soon as it exists, so the caller releases it
+    whatever happens next. A library's own "no kernel for that" while preparing is `unsupported`.
+    """
+    if backend is None:
+        return "unsupported", f"backend {backend_name!r} has no {case.type} op", None
+    if device == "cpu" and case.flops() > cpu_max_gflop * 1e9:
+        return "unsupported", (f"CPU device: {case.flops() / 1e9:.0f} GFLOP per call exceeds cpu_max_gflop="
+                               f"{cpu_max_gflop:g} (a CPU would take minutes a call)"), None
+    reason = backend.supports(case, device)
+    if reason is not None:
+        return "unsupported", reason, None
+    try:
+        held.append(backend.prepare(case, device))
+    except Unsupported as err:
+        return "unsupported", err.reason, None
+    except Exception as err:  # noqa: BLE001 - a refusal is unsupported; anything else propagates as error
+        refusal = library_refusal(err)
+        if refusal is None:
+            raise
+        return "unsupported", f"library refused: {refusal}", None
+    check = held[-1].check()
+    if not check.ok:
+        return ("error", f"wrong result: relative error {check.rel_error:.3g} > bound {check.bound:.3g} "
+                f"({check.reference})", check)
+    return "ok", None, check
 
 
 def _json_safe(metrics: dict[str, Any]) -> dict[str, Any]:
@@ -69,12 +100,8 @@ class CaseRunner:
         try:
             status, message, metrics = self._attempt(case, held)
         except Exception as err:  # noqa: BLE001 - any failure becomes this case's error row
-            reason = library_refusal(err)
-            if reason is not None and not held:
-                status, message, metrics = "unsupported", f"library refused: {reason}", {}
-            else:
-                status, message = "error", f"{type(err).__name__}: {str(err).strip()[:500]}"
-                metrics = {"traceback": traceback.format_exc(limit=6)}
+            status, message = "error", f"{type(err).__name__}: {str(err).strip()[:500]}"
+            metrics = {"traceback": traceback.format_exc(limit=6)}
         cleanup = self._release(held)
         if cleanup is not None:
             status = "error"
@@ -86,20 +113,12 @@ class CaseRunner:
     def _attempt(self, case: Case, held: list[Prepared]) -> tuple[str, Optional[str], dict[str, Any]]:
         """(status, message, metrics); the prepared case goes into `held` as soon as it exists."""
         backend = get_backend(self.config.backend, case.type)
-        if backend is None:
-            return "unsupported", f"backend {self.config.backend!r} has no {case.type} op", {}
-        reason = self._refuse(case, backend)
-        if reason is not None:
-            return "unsupported", reason, {}
-        try:
-            held.append(backend.prepare(case, self.device.kind))
-        except Unsupported as err:
-            return "unsupported", err.reason, {}
+        status, message, check = prepare_and_check(backend, self.config.backend, case, self.device.kind,
+                                                   self.config.cpu_max_gflop, held)
+        if status != "ok" or check is None:
+            metrics = {"check": check.to_json(), "backend_meta": held[0].metadata} if check is not None else {}
+            return status, message, metrics
         prepared = held[0]
-        check = prepared.check()
-        if not check.ok:
-            return ("error", f"wrong result: relative error {check.rel_error:.3g} > bound {check.bound:.3g} "
-                    f"({check.reference})", {"check": check.to_json(), "backend_meta": prepared.metadata})
         metrics = self._measure(case, prepared)
         metrics["check"] = check.to_json()
         if self.config.host:
@@ -120,12 +139,6 @@ class CaseRunner:
         finally:
             self._free()
         return None
-
-    def _refuse(self, case: Case, backend: Backend) -> Optional[str]:
-        if self.device.kind == "cpu" and case.flops() > self.config.cpu_max_gflop * 1e9:
-            return (f"CPU device: {case.flops() / 1e9:.0f} GFLOP per call exceeds cpu_max_gflop="
-                    f"{self.config.cpu_max_gflop:g} (a CPU would take minutes a call)")
-        return backend.supports(case, self.device.kind)
 
     def _measure(self, case: Case, prepared: Prepared) -> dict[str, Any]:
         before = self.telemetry.sample()

@@ -21,7 +21,7 @@ def write_json_atomic(data: Any, path: Path) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1)
+            json.dump(data, f, indent=1, default=str)
             f.write("\n")
         os.replace(tmp, path)
     except BaseException:
