@@ -44,3 +44,10 @@ def test_run_prefix_and_missing_run(tmp_path):
 def test_sqlalchemy_url_is_accepted(tmp_path):
     store = Store(f"sqlite:///{tmp_path / 'u.db'}")
     assert store.list_runs() == []
+
+
+def test_run_prefix_is_literal_not_a_like_pattern(tmp_path):
+    store = Store(str(tmp_path / "r.db"))
+    store.begin_run("20261130-aaa", "2026-11-30T00:00:00", "t", "torch", "cpu", {})
+    with pytest.raises(RunNotFound):
+        store.resolve_run("2026_130")          # '_' would match any character in SQL LIKE

@@ -152,19 +152,13 @@ def gemm_inputs(case: Case, device: str) -> dict[str, Any]:
     """
     import torch
 
-    from operatorx.backends.torch.quant import torch_dtype
+    from operatorx.backends.torch.gemm import float_inputs
     from operatorx.spec.dtypes import FLOAT_DTYPES
 
     args = case.args
     if not isinstance(args, GemmArgs) or args.a.dtype not in FLOAT_DTYPES or args.a.dtype != args.b.dtype:
         raise Unsupported("gemm_inputs gives float GEMM inputs (one dtype for a and b) only")
-    gen = torch.Generator(device=device).manual_seed(case.seed())
-    dt = torch_dtype(args.a.dtype)
-    inputs = {
-        "a": torch.randn(args.m, args.k, generator=gen, device=device, dtype=dt),
-        "b": torch.randn(args.n, args.k, generator=gen, device=device, dtype=dt) / args.k ** 0.5,
-        "bias": torch.randn(args.n, generator=gen, device=device, dtype=dt) if args.bias else None,
-    }
+    inputs = float_inputs(args, device, torch.Generator(device=device).manual_seed(case.seed()))
     handed = _HANDED_OUT.get()
     if handed is not None:
         handed.append(inputs)

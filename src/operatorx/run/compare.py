@@ -9,10 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from operatorx.backends.check import REL_ERROR_BOUND
+
 __all__ = ["compare_outputs", "TOLERANCE_REL"]
 
+_TORCH_NAME = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+
 #: ||x - y||_F / ||y||_F allowed for "within_tolerance", by dtype: the output's rounding.
-TOLERANCE_REL = {"bfloat16": 1e-2, "float16": 2e-3, "float32": 1e-4, "float64": 1e-10}
+#: By torch dtype name: the backends' check bounds (backends/check.py), plus float64.
+TOLERANCE_REL = {_TORCH_NAME[k]: v for k, v in REL_ERROR_BOUND.items()} | {"float64": 1e-10}
 _DEFAULT_REL = 1e-2
 
 

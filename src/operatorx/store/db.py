@@ -67,7 +67,7 @@ class Store:
             if run == "latest":
                 rid = s.scalars(select(RunRecord.id).order_by(RunRecord.started_at.desc()).limit(1)).first()
             else:
-                ids = s.scalars(select(RunRecord.id).where(RunRecord.id.startswith(run))).all()
+                ids = s.scalars(select(RunRecord.id).where(RunRecord.id.startswith(run, autoescape=True))).all()
                 rid = ids[0] if len(ids) == 1 else (run if run in ids else None)
             if rid is None:
                 raise RunNotFound(f"no run {run!r} in {self.url}")

@@ -22,7 +22,7 @@ from operatorx.backends.torch.scaled_mm import recipe_for, scale_a_layout, scale
 from operatorx.spec import Case, GemmArgs
 from operatorx.spec.dtypes import FLOAT_DTYPES
 
-__all__ = ["TorchGemm"]
+__all__ = ["TorchGemm", "float_inputs"]
 
 _TF32_BOUND = 5e-3
 
@@ -32,6 +32,20 @@ def _reference(a_rows: torch.Tensor, weight_fp32_chunks: Callable[[int, int], to
     chunk = max(128, (1 << 28) // max(1, a_rows.shape[1] * 4) // 128 * 128)
     parts = [a_rows @ weight_fp32_chunks(n0, min(n, n0 + chunk)).T for n0 in range(0, n, chunk)]
     return torch.cat(parts, dim=1)
+
+
+def float_inputs(args: GemmArgs, device: str, gen: torch.Generator) -> dict[str, Any]:
+    """A float GEMM's inputs from the case's generator: {"a" [M,K], "b" [N,K], "bias" [N] or None}.
+
+    `py:` code gets the same tensors through `backends.py_file.gemm_inputs`, so its output can
+    be compared with this backend's.
+    """
+    dt = torch_dtype(args.a.dtype)
+    return {
+        "a": torch.randn(args.m, args.k, generator=gen, device=device, dtype=dt),
+        "b": torch.randn(args.n, args.k, generator=gen, device=device, dtype=dt) / args.k ** 0.5,
+        "bias": torch.randn(args.n, generator=gen, device=device, dtype=dt) if args.bias else None,
+    }
 
 
 class TorchGemm:
@@ -110,11 +124,7 @@ class TorchGemm:
     # --- bf16 / fp16 / fp32 -----------------------------------------------------------------
     def _prepare_float(self, args: GemmArgs, device: str, gen: torch.Generator) -> Prepared:
         dt = torch_dtype(args.a.dtype)
-        state: dict[str, Any] = {
-            "a": torch.randn(args.m, args.k, generator=gen, device=device, dtype=dt),
-            "b": torch.randn(args.n, args.k, generator=gen, device=device, dtype=dt) / args.k ** 0.5,
-            "bias": torch.randn(args.n, generator=gen, device=device, dtype=dt) if args.bias else None,
-        }
+        state: dict[str, Any] = float_inputs(args, device, gen)
 
         def fn() -> torch.Tensor:
             return F.linear(state["a"], state["b"], state["bias"])

@@ -158,12 +158,6 @@ class VllmEnv:
                 stack.enter_context(set_forward_context(None, self.config))
             yield stack
 
-    def open_scope(self, forward_context: bool = False) -> ExitStack:
-        """`case_scope` held open until the returned stack is closed (at the case's release)."""
-        outer = ExitStack()
-        outer.enter_context(self.case_scope(forward_context))
-        return outer
-
     def forget_layer(self, prefix: str) -> None:
         """Drop a released FusedMoE from the config's layer registry so its memory can go."""
         comp = self.config.compilation_config
