@@ -2,10 +2,12 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import pytest
 
 from operatorx.measure import HostClockTiming, TimingSettings, summarize
 from operatorx.measure.loop import stop_reason, warmup
+from operatorx.measure.stats import median_noise
 
 
 def test_summarize_is_exact_on_known_samples():
@@ -27,15 +29,31 @@ def test_warmup_honours_calls_and_floor():
 
 
 def test_stop_rules():
-    s = TimingSettings(min_samples=10, max_samples=20, min_time_s=0.5, timeout_s=1.0)
-    assert stop_reason(5, 10.0, 0.1, s) is None            # below min_samples
-    assert stop_reason(10, 0.1, 0.1, s) is None            # not enough measured time
-    assert stop_reason(10, 0.6, 0.7, s) == "criterion"
-    assert stop_reason(20, 0.1, 0.1, s) == "max_samples"
-    assert stop_reason(12, 0.1, 2.0, s) == "timeout"
+    s = TimingSettings(min_samples=10, max_samples=40, noise_target=0.005, max_time_s=0.5, timeout_s=1.0)
+    steady, noisy = [10.0] * 10, [10.0, 12.0] * 6
+    assert stop_reason(steady[:5], 0.1, s) is None             # below min_samples, even if quiet
+    assert stop_reason(steady, 0.1, s) == "noise_target"
+    assert stop_reason(noisy, 0.1, s) is None                   # ±10%: keep sampling
+    assert stop_reason(noisy, 0.6, s) == "time_cap"             # but not past the per-case cap
+    assert stop_reason(noisy * 4, 0.1, s) == "max_samples"
+    assert stop_reason(steady[:3], 0.6, s) is None              # the cap needs min_samples first
+    assert stop_reason(steady[:3], 1.5, s) == "timeout"         # the timeout does not
 
 
-@pytest.mark.parametrize("bad", [{"min_samples": 0}, {"max_samples": 5, "min_samples": 10}, {"timeout_s": -1}])
+def test_median_noise_is_the_order_statistic_interval():
+    assert median_noise([5.0] * 20) == 0.0
+    x = list(range(1, 11))                                       # n=10: the interval is x(2)..x(9)
+    assert median_noise([float(v) for v in x]) == pytest.approx((9 - 2) / 2 / 5.5)
+    assert median_noise([1.0]) == float("inf")
+    rng = np.random.default_rng(0)
+    few, many = rng.normal(100, 1, 20), rng.normal(100, 1, 2000)
+    assert median_noise(many) < median_noise(few) / 5            # shrinks like 1/sqrt(n)
+    assert summarize(few)["median_noise"] == pytest.approx(median_noise(few))
+
+
+@pytest.mark.parametrize("bad", [{"min_samples": 0}, {"max_samples": 5, "min_samples": 10}, {"timeout_s": -1},
+                                 {"mode": "nvbench"}, {"l2_state": "lukewarm"}, {"capped_clock_fraction": 0},
+                                 {"noise_target": -0.1}])
 def test_settings_refuse_nonsense(bad):
     with pytest.raises(ValueError):
         TimingSettings(**bad)
@@ -43,7 +61,12 @@ def test_settings_refuse_nonsense(bad):
 
 def test_host_clock_measures_a_known_sleep():
     settings = TimingSettings(warmup_calls=1, warmup_floor_s=0, first_warmup_floor_s=0, min_samples=10,
-                              min_time_s=0)
+                              max_time_s=0)
     m = HostClockTiming(settings).measure(lambda: time.sleep(0.002))
     assert m.clock == "host" and len(m.samples_us) >= 10
     assert 1900 < m.latency_us < 6000
+
+
+def test_retry_pauses_grow():
+    s = TimingSettings()
+    assert [s.pause_s(k) for k in range(4)] == [0.0, 0.002, 0.004, 0.008]

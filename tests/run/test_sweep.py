@@ -14,7 +14,7 @@ from operatorx.store import Store
 from tests.conftest import fp8_block, gemm, moe
 
 FAST = TimingSettings(warmup_calls=1, warmup_floor_s=0, first_warmup_floor_s=0, min_samples=3, max_samples=5,
-                      min_time_s=0)
+                      max_time_s=0)
 
 
 def _config(tmp_path, testlist, **kw):

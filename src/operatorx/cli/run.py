@@ -43,6 +43,16 @@ class _ProgressReporter:
         self._progress.stop()
 
 
+def _run_counters(db: str, results_dir: Path) -> None:
+    """`--counters`: this process only starts the run under ncu and then adds ncu's counters to its rows."""
+    from operatorx.run.counters import run_with_counters
+
+    run_id, code = run_with_counters(sys.argv[1:], db=db, results_dir=results_dir)
+    _out.print(f"counters added to run {run_id}; stored in {db}")
+    if code != 0:
+        raise typer.Exit(code)
+
+
 def run_command(
     testlist: str = typer.Option(..., "--testlist", "-t", help="Shipped testlist name or path."),
     backend: str = typer.Option("torch", "--backend", "-b"),
@@ -55,8 +65,19 @@ def run_command(
     strict: bool = typer.Option(False, "--strict", help="Exit 1 on any error row or when no row is ok."),
     min_samples: int = typer.Option(10, "--min-samples", min=1),
     warmup_calls: int = typer.Option(5, "--warmup-calls", min=1),
-    no_flush: bool = typer.Option(False, "--no-flush", help="Keep the L2 warm between calls."),
+    timing_mode: str = typer.Option("kernels", "--timing",
+                                    help="kernels (CUPTI kernel spans, default), events (CUDA event pairs) "
+                                         "or graph (the op in a CUDA graph, kernel spans)."),
+    l2: str = typer.Option("cold_clean", "--l2", help="L2 state before each call: cold_clean, cold_dirty or warm."),
+    noise_target: float = typer.Option(0.005, "--noise", help="Stop when the median is known to this (0.005 = 0.5%)."),
+    max_time_s: float = typer.Option(1.0, "--max-time", help="Per-case cap on sampling seconds."),
     no_spin: bool = typer.Option(False, "--no-spin", help="No GPU spin ahead of the timed calls."),
+    trace_dir: Optional[Path] = typer.Option(None, "--trace", help="Write a Perfetto-readable trace per case here."),
+    counters: bool = typer.Option(False, "--counters",
+                                  help="Replay each op once under Nsight Compute (ncu) and store its counters; "
+                                       "latencies of such a run are marked perturbed."),
+    counters_child: bool = typer.Option(False, "--counters-child", hidden=True),
+    run_id: Optional[str] = typer.Option(None, "--run-id", hidden=True),
     cpu_max_gflop: float = typer.Option(50.0, "--cpu-max-gflop", help="On CPU, larger cases are unsupported."),
     host: bool = typer.Option(False, "--host", help="Also measure host µs per call, and per layer."),
     host_batches: int = typer.Option(15, "--host-batches", min=1, help="Host timing: batches (median over them)."),
@@ -65,14 +86,19 @@ def run_command(
 ) -> None:
     """Time every case of a testlist; each row is stored when its case ends."""
     try:
-        timing = TimingSettings(min_samples=min_samples, max_samples=max(200, min_samples),
-                                warmup_calls=warmup_calls, flush_l2=not no_flush, spin=not no_spin)
+        timing = TimingSettings(min_samples=min_samples, max_samples=max(2000, min_samples), mode=timing_mode,  # type: ignore[arg-type]
+                                l2_state=l2, noise_target=noise_target, max_time_s=max_time_s,  # type: ignore[arg-type]
+                                warmup_calls=warmup_calls, spin=not no_spin)
         host_timing = HostTimeSettings(batches=host_batches, batch_calls=host_batch_calls, order=host_order)  # type: ignore[arg-type]
         if is_user_spec(backend):
             load_user_function(backend)          # a bad py:/mod: spec fails here, before the run starts
         config = RunConfig(testlist=testlist, backend=backend, device=device, filter=filter_text, limit=limit,
                            db=db, results_dir=results_dir, timing=timing, cpu_max_gflop=cpu_max_gflop,
-                           host=host, host_timing=host_timing)
+                           host=host, host_timing=host_timing, trace_dir=trace_dir, counters_child=counters_child,
+                           run_id=run_id)
+        if counters:
+            _run_counters(db, results_dir)
+            return
         outcome = run_testlist(config, _ProgressReporter())
     except TestlistError as err:
         for line in err.problems:

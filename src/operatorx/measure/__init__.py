@@ -2,10 +2,10 @@
 
 from operatorx.measure.host_clock import HostClockTiming
 from operatorx.measure.host_time import HostTimeSettings, HostTiming
-from operatorx.measure.measurement import Measurement
+from operatorx.measure.measurement import Measurement, NotMeasurable
 from operatorx.measure.settings import TimingSettings
 from operatorx.measure.stats import summarize
-from operatorx.measure.telemetry import Telemetry
+from operatorx.measure.telemetry import Telemetry, TelemetrySampler
 
-__all__ = ["HostClockTiming", "HostTimeSettings", "HostTiming", "Measurement", "TimingSettings", "summarize",
-           "Telemetry"]
+__all__ = ["HostClockTiming", "HostTimeSettings", "HostTiming", "Measurement", "NotMeasurable", "TimingSettings",
+           "summarize", "Telemetry", "TelemetrySampler"]

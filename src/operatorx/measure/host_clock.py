@@ -20,7 +20,7 @@ class HostClockTiming:
     def __init__(self, settings: TimingSettings):
         self.settings = settings
 
-    def measure(self, fn: Callable[[], Any]) -> Measurement:
+    def measure(self, fn: Callable[[], Any], pause_s: float = 0.0) -> Measurement:
         s = self.settings
         calls, warm_s = warmup(fn, lambda: None, s)
         samples_us: list[float] = []
@@ -30,7 +30,9 @@ class HostClockTiming:
             t0 = time.perf_counter_ns()
             fn()
             samples_us.append((time.perf_counter_ns() - t0) / 1e3)
-            reason = stop_reason(len(samples_us), sum(samples_us) / 1e6, time.perf_counter() - start, s)
+            if pause_s > 0:
+                time.sleep(pause_s)
+            reason = stop_reason(samples_us, time.perf_counter() - start, s)
         return Measurement(method=self.method, clock="host", samples_us=samples_us,
                            summary=summarize(samples_us), warmup_calls=calls, warmup_s=warm_s,
-                           stop_reason=reason, details={"l2_flush": False, "spin": False})
+                           stop_reason=reason, details={"l2_state": "n/a (cpu)", "spin": False})

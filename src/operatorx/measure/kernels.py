@@ -1,32 +1,89 @@
-"""Which GPU kernels a call launches, from torch.profiler: names and device time per call."""
+"""Which kernels a call runs, from the same CUPTI records the timing used (`metrics["profile"]`).
+
+Per kernel name: launches per call, device µs per call, and its launch shape (grid, block,
+registers per thread, shared memory) as Kineto's trace export gives them. Flush and spin
+kernels are not in it: the breakdown is built from the calls' own activities (measure/trace.py).
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import tempfile
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from typing import Any, Optional
 
-__all__ = ["profile_kernels"]
+import numpy as np
+
+from operatorx.measure.trace import TraceBatch
+
+__all__ = ["kernel_breakdown", "export_trace", "profile_kernels"]
+
+_LAUNCH_ARGS = {"grid": "grid", "block": "block", "registers per thread": "registers_per_thread",
+                "shared memory": "shared_memory_bytes", "dynamic shared memory": "dynamic_shared_memory_bytes",
+                "static shared memory": "static_shared_memory_bytes"}
+_DEVICE_CATEGORIES = ("kernel", "gpu_memset", "gpu_memcpy")
+
+
+def export_trace(batch: TraceBatch, path: Path) -> Path:
+    """Write the batch's trace as Chrome-trace JSON (Perfetto opens it). Flush and spin kernels are
+    in it too, under the `ox.flush` / `ox.spin` ranges; the calls are under `ox.call`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    batch.profiler.export_chrome_trace(str(path))
+    return path
+
+
+def _launch_shapes(batch: TraceBatch) -> dict[str, dict[str, Any]]:
+    """Kernel name -> launch shape, from the trace export (the in-memory events do not carry it)."""
+    if batch.profiler is None:
+        return {}
+    fd, name = tempfile.mkstemp(prefix="operatorx-trace-", suffix=".json")
+    os.close(fd)
+    try:
+        batch.profiler.export_chrome_trace(name)
+        with open(name, encoding="utf-8") as f:
+            trace = json.load(f)
+    finally:
+        os.unlink(name)
+    shapes: dict[str, dict[str, Any]] = {}
+    for event in trace.get("traceEvents", []):
+        if event.get("cat") not in _DEVICE_CATEGORIES or event.get("name") in shapes:
+            continue
+        args = event.get("args", {})
+        shapes[event["name"]] = {ours: args[theirs] for theirs, ours in _LAUNCH_ARGS.items() if theirs in args}
+    return shapes
+
+
+def kernel_breakdown(batch: TraceBatch, launch_shapes: bool = True) -> Optional[dict[str, Any]]:
+    """Per-call kernel table of the batch's unstarved calls; None when no call has device work."""
+    calls = [c for c in batch.calls if c.activities and not c.starved]
+    if not calls:
+        return None
+    per_name: dict[str, dict[str, Any]] = {}
+    for call in calls:
+        for a in call.activities:
+            k = per_name.setdefault(a.name, {"name": a.name, "launches": 0, "durations_us": []})
+            k["launches"] += 1
+            k["durations_us"].append(a.duration_ns / 1e3)
+    shapes = _launch_shapes(batch) if launch_shapes else {}
+    n = len(calls)
+    kernels = []
+    for k in per_name.values():
+        kernels.append({"name": k["name"], "count_per_call": k["launches"] / n,
+                        "device_us_per_call": float(np.sum(k["durations_us"])) / n,
+                        "device_us_median": float(np.median(k["durations_us"])), **shapes.get(k["name"], {})})
+    return {"calls": n, "span_us_median": float(np.median([c.span_ns for c in calls])) / 1e3,
+            "busy_us_median": float(np.median([c.busy_ns for c in calls])) / 1e3, "kernels": kernels}
 
 
 def profile_kernels(fn: Callable[[], Any], calls: int = 3) -> list[dict[str, Any]]:
-    """Run fn `calls` times under the profiler; one entry per distinct kernel, in launch order.
+    """Run fn `calls` times under the profiler (untimed, no flush); one entry per distinct kernel,
+    in launch order, with `launches_per_call` and `device_us_per_call`."""
+    from operatorx.measure.trace import trace_batch
 
-    `device_us_per_call` is the kernel's summed device time divided by `calls`.
-    """
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA], acc_events=True) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    kernels: dict[str, dict[str, Any]] = {}
-    for event in prof.events():
-        if event.device_type != torch.autograd.DeviceType.CUDA:
-            continue
-        k = kernels.setdefault(event.name, {"name": event.name, "count": 0, "device_us": 0.0})
-        k["count"] += 1
-        k["device_us"] += event.time_range.elapsed_us()
-    return [{"name": k["name"], "launches_per_call": k["count"] / calls,
-             "device_us_per_call": k["device_us"] / calls} for k in kernels.values()]
+    table = kernel_breakdown(trace_batch(fn, calls, flush=None, spin_cycles=0), launch_shapes=False)
+    if table is None:
+        return []
+    return [{"name": k["name"], "launches_per_call": k["count_per_call"],
+             "device_us_per_call": k["device_us_per_call"]} for k in table["kernels"]]

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
 from operatorx.measure.settings import TimingSettings
+from operatorx.measure.stats import median_noise
 
 __all__ = ["warmup", "stop_reason"]
 
@@ -31,17 +32,23 @@ def warmup(fn: Callable[[], Any], sync: Callable[[], None], settings: TimingSett
     return calls, time.perf_counter() - start
 
 
-def stop_reason(samples: int, measured_s: float, wall_s: float, settings: TimingSettings) -> Optional[str]:
+def stop_reason(samples_us: Sequence[float], wall_s: float, settings: TimingSettings) -> Optional[str]:
     """None to keep going; else why to stop.
 
-    `timeout_s` caps one measurement even before `min_samples` (a prefill GEMM of seconds per call
-    cannot take 10 samples in any reasonable time); the row then says `timeout` and how many
-    samples its median has.
+    - `noise_target`: at least `min_samples`, and the median is known to `noise_target`;
+    - `time_cap`: at least `min_samples`, but `max_time_s` of sampling did not get there
+      (the row keeps the noise it reached, so a reader sees how sure the number is);
+    - `max_samples`;
+    - `timeout`: `timeout_s` passed before `min_samples` (a prefill GEMM of seconds per call).
     """
-    if samples >= settings.max_samples:
+    n = len(samples_us)
+    if n >= settings.max_samples:
         return "max_samples"
-    if samples >= settings.min_samples and measured_s >= settings.min_time_s:
-        return "criterion"
-    if wall_s >= settings.timeout_s and samples >= 1:
+    if n >= settings.min_samples:
+        if median_noise(samples_us) <= settings.noise_target:
+            return "noise_target"
+        if wall_s >= settings.max_time_s:
+            return "time_cap"
+    if wall_s >= settings.timeout_s and n >= 1:
         return "timeout"
     return None

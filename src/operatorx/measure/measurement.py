@@ -2,26 +2,39 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Measurement"]
+__all__ = ["Measurement", "NotMeasurable"]
+
+
+class NotMeasurable(Exception):
+    """The op cannot be timed the way asked (e.g. it cannot be captured in a CUDA graph): the row
+    is `unsupported` with this reason, never timed some other way."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
 
 
 @dataclass(frozen=True)
 class Measurement:
-    method: str                    # e.g. "cuda_events/spin+flush" or "host_clock/perf_counter"
-    clock: str                     # "device" (GPU events) or "host" (CPU wall clock)
+    method: str                    # "cupti_kernels", "cupti_kernels/cuda_graph", "cuda_events", "host_clock/..."
+    clock: str                     # "device" (GPU timestamps) or "host" (CPU wall clock)
     samples_us: list[float]
     summary: dict[str, float]      # from stats.summarize
     warmup_calls: int
     warmup_s: float
-    stop_reason: str               # "criterion", "max_samples" or "timeout"
+    stop_reason: str               # "noise_target", "time_cap", "max_samples", "timeout" (or "batches")
     details: dict[str, Any] = field(default_factory=dict)
+    last_batch: Any = field(default=None, repr=False, compare=False)
+    """The last profiled batch (measure/trace.py), for the kernel breakdown and `--trace`; not stored."""
 
     @property
     def latency_us(self) -> float:
         return self.summary["median"]
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {"method": self.method, "clock": self.clock, "samples_us": self.samples_us, "summary": self.summary,
+                "warmup_calls": self.warmup_calls, "warmup_s": self.warmup_s, "stop_reason": self.stop_reason,
+                "details": self.details}

@@ -1,50 +1,78 @@
-"""Timing knobs. Defaults are the published OperatorX method A."""
+"""Timing knobs, with the defaults that met the accuracy targets on the H200 (docs/benchmarks.md)."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
-__all__ = ["TimingSettings"]
+from operatorx.measure.l2 import L2_STATES, L2State
+
+__all__ = ["TimingMode", "TIMING_MODES", "TimingSettings"]
+
+TimingMode = Literal["kernels", "events", "graph"]
+TIMING_MODES: tuple[TimingMode, ...] = ("kernels", "events", "graph")
 
 
 @dataclass(frozen=True, kw_only=True)
 class TimingSettings:
+    mode: TimingMode = "kernels"
+    """kernels: each call's device time is the span of its own kernels in CUPTI's activity records.
+    events: a CUDA event pair around each call (the events are timed with it; kept to compare).
+    graph: the op captured in a CUDA graph, each replay's kernels timed as in `kernels`."""
+    l2_state: L2State = "cold_clean"
+    """The L2 state each timed call starts in (measure/l2.py): cold_clean, cold_dirty or warm."""
+    flush_bytes: Optional[int] = None
+    """Size of the flush buffer; None means twice the device's L2."""
     warmup_calls: int = 5
     """Calls before timing, at least; the wall-clock floors below may add more."""
-    warmup_floor_s: float = 0.025
-    """Warm up for at least this long (clocks ramp, caches and autotuners settle)."""
+    warmup_floor_s: float = 0.005
+    """Warm up for at least this long (caches, handles, lazy module loads)."""
     first_warmup_floor_s: float = 1.0
-    """The floor for the first op of a process: an idle GPU needs longer to reach its clocks."""
+    """The floor for the first op of a process: an idle GPU needs this long to reach its clocks."""
     min_samples: int = 10
     """The median is taken over at least this many timed calls."""
-    max_samples: int = 200
+    max_samples: int = 2000
     """Stop after this many timed calls."""
-    min_time_s: float = 0.05
-    """Keep sampling (up to max_samples) until the timed calls add up to this much device time."""
+    noise_target: float = 0.005
+    """Stop once the 95% confidence half-width of the median, relative to it, is below this."""
+    max_time_s: float = 1.0
+    """Per-case cap on sampling wall time once `min_samples` are in (stop reason `time_cap`)."""
     timeout_s: float = 30.0
-    """Wall-clock limit of one measurement; a timeout is recorded as the stop reason."""
+    """Hard limit even below `min_samples` (a seconds-long call); the stop reason says `timeout`."""
     batch_size: int = 32
-    """Timed calls enqueued behind one GPU spin."""
+    """Timed calls enqueued behind one GPU spin (one profiler session in kernels/graph mode)."""
     spin: bool = True
-    """Enqueue a GPU spin (torch.cuda._sleep) ahead of each batch so launch gaps are hidden."""
-    flush_l2: bool = True
-    """Zero a buffer before every timed call so each call starts with a cold L2."""
-    flush_bytes: Optional[int] = None
-    """Size of that buffer; None means the device's L2 size."""
-    throttle_retries: int = 1
-    """Measure again (after `throttle_rest_s`) when the GPU reported a clock cap during timing."""
-    throttle_rest_s: float = 2.0
+    """Enqueue a GPU spin (torch.cuda._sleep) ahead of each batch so the host can stay ahead."""
+    throttle_retries: int = 3
+    """Measure again when the GPU was capped (power/thermal reason and SM clock under the fraction)."""
+    throttle_pause_s: float = 0.002
+    """Retry k pauses 2^(k-1) times this between its calls, so the GPU can leave the cap."""
+    capped_clock_fraction: float = 0.985
+    """An attempt is capped when a power/thermal reason is active and the SM clock is below this
+    fraction of its maximum."""
+    telemetry_period_s: float = 0.005
+    """NVML sampling period during the timed window."""
 
     def __post_init__(self) -> None:
+        if self.mode not in TIMING_MODES:
+            raise ValueError(f"timing.mode must be one of {', '.join(TIMING_MODES)}, got {self.mode!r}")
+        if self.l2_state not in L2_STATES:
+            raise ValueError(f"timing.l2_state must be one of {', '.join(L2_STATES)}, got {self.l2_state!r}")
         for name in ("warmup_calls", "min_samples", "max_samples", "batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"timing.{name} must be >= 1, got {getattr(self, name)}")
         if self.max_samples < self.min_samples:
             raise ValueError(f"timing.max_samples ({self.max_samples}) < min_samples ({self.min_samples})")
-        for name in ("warmup_floor_s", "first_warmup_floor_s", "min_time_s", "timeout_s", "throttle_rest_s"):
+        for name in ("warmup_floor_s", "first_warmup_floor_s", "max_time_s", "timeout_s", "throttle_pause_s",
+                     "noise_target", "telemetry_period_s", "throttle_retries"):
             if getattr(self, name) < 0:
                 raise ValueError(f"timing.{name} must be >= 0")
+        if not 0 < self.capped_clock_fraction <= 1:
+            raise ValueError("timing.capped_clock_fraction must be in (0, 1]")
+
+    def pause_s(self, attempt: int) -> float:
+        """Pause between calls for attempt 0 (none), 1, 2, 3... (2, 4, 8 ms by default)."""
+        return 0.0 if attempt == 0 else self.throttle_pause_s * 2 ** (attempt - 1)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

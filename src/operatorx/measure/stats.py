@@ -1,12 +1,13 @@
-"""One table-driven summary for every timing strategy."""
+"""One table-driven summary for every timing strategy, and the noise the stopping rule reads."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 
 import numpy as np
 
-__all__ = ["summarize"]
+__all__ = ["median_noise", "summarize"]
 
 _STATS = {
     "median": lambda x: np.median(x),
@@ -20,12 +21,44 @@ _STATS = {
 }
 
 
+@lru_cache(maxsize=4096)
+def _median_ci_ranks(n: int, confidence: float) -> tuple[int, int]:
+    """0-based order-statistic ranks (lo, hi) whose interval holds the median with >= `confidence`.
+
+    Distribution-free: the number of samples below the true median is Binomial(n, 1/2), so
+    [x(j), x(n-1-j)] covers it unless at least n-j fall on one side. Too few samples for any
+    j give the whole range.
+    """
+    from scipy.stats import binom
+
+    tail = (1.0 - confidence) / 2
+    j = int(binom.ppf(tail, n, 0.5))
+    while j >= 0 and binom.cdf(j, n, 0.5) > tail:
+        j -= 1
+    j = max(j, 0)
+    return j, n - 1 - j
+
+
+def median_noise(samples_us: Sequence[float], confidence: float = 0.95) -> float:
+    """Relative half-width of the median's distribution-free confidence interval (0.005 = ±0.5%)."""
+    x = np.sort(np.asarray(samples_us, dtype=np.float64))
+    if x.size < 2:
+        return float("inf")
+    median = float(np.median(x))
+    if median <= 0:
+        return float("inf")
+    lo, hi = _median_ci_ranks(int(x.size), confidence)
+    return float(x[hi] - x[lo]) / 2 / median
+
+
 def summarize(samples_us: Sequence[float]) -> dict[str, float]:
-    """Summary statistics in µs, plus `n` and the relative noise `cv` (std / mean)."""
+    """Summary statistics in µs, plus `n`, the relative spread `cv` (std / mean) and
+    `median_noise` (the median's relative 95% confidence half-width)."""
     x = np.asarray(samples_us, dtype=np.float64)
     if x.size == 0:
         raise ValueError("no samples to summarize")
     out = {name: float(f(x)) for name, f in _STATS.items()}
     out["n"] = int(x.size)
     out["cv"] = out["std"] / out["mean"] if out["mean"] > 0 else 0.0
+    out["median_noise"] = median_noise(x)
     return out

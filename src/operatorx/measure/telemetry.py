@@ -1,14 +1,21 @@
-"""GPU conditions around a measurement, read through NVML: clocks, power, temperature, throttling.
+"""GPU conditions during a measurement, read through NVML: clocks, power, temperature, throttling.
 
-A measurement taken while the GPU reported a clock cap is flagged (and retried by the runner):
-such a number describes the cap, not the kernel.
+`TelemetrySampler` reads the GPU every few ms on a thread while a case is timed. An attempt is
+*capped* when some reading shows a power or thermal clock-event reason together with an SM
+clock under `capped_clock_fraction` of its maximum: such a number describes the cap, not the
+kernel, and the runner measures again. A reason without a lower clock (the power cap bit is
+often set at full clock) does not make an attempt capped; the reasons are still recorded.
 """
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any, Optional
 
-__all__ = ["Telemetry", "THROTTLE_REASONS", "CAPPING_REASONS"]
+import numpy as np
+
+__all__ = ["Telemetry", "TelemetrySampler", "THROTTLE_REASONS", "CAPPING_REASONS"]
 
 #: NVML clock-event reason bits (nvmlClocksEventReason*), by name.
 THROTTLE_REASONS = {
@@ -30,8 +37,10 @@ CAPPING_REASONS = ("sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_the
 class Telemetry:
     """NVML reader for one GPU; every method degrades to {} where NVML is not there (CPU, ROCm)."""
 
-    def __init__(self, device_index: Optional[int] = 0):
-        """`device_index=None` gives a reader that reports nothing (the CPU device)."""
+    def __init__(self, device_index: Optional[int] = 0, pci_bus_id: Optional[str] = None):
+        """`device_index=None` gives a reader that reports nothing (the CPU device). With
+        `pci_bus_id` the GPU is found by bus id: NVML's index 0 need not be CUDA's device 0
+        (CUDA_VISIBLE_DEVICES reorders CUDA's, not NVML's)."""
         self._nvml: Any = None
         self._handle: Any = None
         if device_index is None:
@@ -40,10 +49,30 @@ class Telemetry:
             import pynvml
 
             pynvml.nvmlInit()
-            self._handle = pynvml.nvmlDeviceGetHandleByIndex(device_index)
+            if pci_bus_id:
+                self._handle = pynvml.nvmlDeviceGetHandleByPciBusId(pci_bus_id.encode())
+            else:
+                self._handle = pynvml.nvmlDeviceGetHandleByIndex(device_index)
             self._nvml = pynvml
         except Exception:
             self._nvml = None
+
+    @classmethod
+    def for_torch_device(cls, index: int = 0) -> Telemetry:
+        """The NVML reader of torch's CUDA device `index`, matched by PCI bus id."""
+        try:
+            import torch
+
+            p = torch.cuda.get_device_properties(index)
+            bus = f"{p.pci_domain_id:08x}:{p.pci_bus_id:02x}:{p.pci_device_id:02x}.0"
+        except Exception:  # noqa: BLE001 - no bus id: fall back to the index, and say nothing worse
+            bus = None
+        reader = cls(index, pci_bus_id=bus)
+        return reader if reader.available or bus is None else cls(index)
+
+    def energy_mj(self) -> Optional[int]:
+        """Energy the GPU used since the driver loaded, in mJ (None where NVML has no counter)."""
+        return self._read("nvmlDeviceGetTotalEnergyConsumption") if self.available else None
 
     @property
     def available(self) -> bool:
@@ -81,8 +110,83 @@ class Telemetry:
             "reasons": [name for name, bit in THROTTLE_REASONS.items() if bits is not None and bits & bit],
         }
 
-    @staticmethod
-    def capped(*samples: dict[str, Any]) -> list[str]:
-        """The capping reasons present in any of the samples."""
-        seen = {r for s in samples for r in s.get("reasons", [])}
-        return [r for r in CAPPING_REASONS if r in seen]
+
+
+_SUMMARIZED = ("sm_clock_mhz", "mem_clock_mhz", "power_w", "temperature_c")
+_POWER_THERMAL = frozenset(CAPPING_REASONS)
+
+
+def summarize_readings(readings: list[dict[str, Any]], energy_mj: Optional[float],
+                       capped_clock_fraction: float) -> dict[str, Any]:
+    """min/p50/max per quantity, reason counts, energy, and whether the readings show a cap."""
+    out: dict[str, Any] = {"readings": len(readings)}
+    for key in _SUMMARIZED:
+        values = [r[key] for r in readings if r.get(key) is not None]
+        if values:
+            out[key] = {"min": float(np.min(values)), "p50": float(np.median(values)), "max": float(np.max(values))}
+    counts: dict[str, int] = {}
+    capped_readings = 0
+    for r in readings:
+        for reason in r.get("reasons", []):
+            counts[reason] = counts.get(reason, 0) + 1
+        limit = r.get("max_sm_clock_mhz")
+        clock = r.get("sm_clock_mhz")
+        if (_POWER_THERMAL & set(r.get("reasons", [])) and clock is not None and limit
+                and clock < capped_clock_fraction * limit):
+            capped_readings += 1
+    out["reasons"] = counts
+    out["capped_readings"] = capped_readings
+    out["capped"] = capped_readings > 0
+    out["capping_reasons"] = [r for r in CAPPING_REASONS if r in counts] if capped_readings else []
+    if readings and readings[0].get("max_sm_clock_mhz"):
+        out["max_sm_clock_mhz"] = readings[0]["max_sm_clock_mhz"]
+    out["energy_mj"] = energy_mj
+    return out
+
+
+class TelemetrySampler:
+    """Reads the GPU every `period_s` on a thread for the length of a `with` block.
+
+    The thread is joined when the block ends, also when it raises: it never outlives its case.
+    One reading is taken at entry and one at exit, so even a sub-period window has two.
+    """
+
+    def __init__(self, telemetry: Telemetry, period_s: float = 0.005, capped_clock_fraction: float = 0.985):
+        self.telemetry = telemetry
+        self.period_s = period_s
+        self.capped_clock_fraction = capped_clock_fraction
+        self.readings: list[dict[str, Any]] = []
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._energy0: Optional[int] = None
+        self._energy1: Optional[int] = None
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.period_s):
+            self.readings.append({**self.telemetry.sample(), "t_s": time.perf_counter()})
+
+    def __enter__(self) -> TelemetrySampler:
+        if self.telemetry.available:
+            self._energy0 = self.telemetry.energy_mj()
+            self.readings.append({**self.telemetry.sample(), "t_s": time.perf_counter()})
+            self._thread = threading.Thread(target=self._loop, name="operatorx-telemetry", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._thread = None
+            self.readings.append({**self.telemetry.sample(), "t_s": time.perf_counter()})
+            self._energy1 = self.telemetry.energy_mj()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def summary(self) -> dict[str, Any]:
+        if not self.telemetry.available:
+            return {"available": False, "capped": False}
+        energy = (self._energy1 - self._energy0) if self._energy0 is not None and self._energy1 is not None else None
+        return {"available": True, **summarize_readings(self.readings, energy, self.capped_clock_fraction)}

@@ -47,10 +47,17 @@ def row_note(r: dict[str, Any]) -> str:
             notes.append("output not checked")
         if m.get("clock") == "host":
             notes.append("host clock (CPU)")
-        if m.get("telemetry", {}).get("capped"):
-            notes.append("clock capped: " + ",".join(m["telemetry"]["capped"]))
+        if m.get("capped"):
+            reasons = m.get("telemetry", {}).get("capping_reasons") or ["?"]
+            notes.append("clock capped: " + ",".join(reasons))
+        if m.get("l2_verified") is False:
+            notes.append(f"L2 state {m.get('l2_state')} not verified")
+        if m.get("perturbed"):
+            notes.append("perturbed (ncu)")
         if m.get("stop_reason") == "timeout":
             notes.append(f"timed out after {m.get('summary_us', {}).get('n', '?')} samples")
+        elif m.get("stop_reason") == "time_cap" and m.get("noise") is not None:
+            notes.append(f"median ±{100 * m['noise']:.1f}%")
     return "; ".join(notes)
 
 

@@ -92,21 +92,22 @@ def _prepare(side: Side, case: Case, device: str, settings: ABSettings,
 
 def _device_rounds(fns: dict[str, Callable[[], Any]], sides: dict[str, Side], settings: ABSettings,
                    device: str) -> dict[str, list[float]]:
-    """CUDA: per round, one event-timed batch per side in alternating order; the batch medians."""
+    """CUDA: per round, one timed batch per side (the run's timer) in alternating order; the batch medians."""
     from dataclasses import replace
 
     import torch
 
-    from operatorx.measure.events import EventTiming
+    from operatorx.measure.device_timer import device_timer
     from operatorx.measure.loop import warmup
     from operatorx.measure.telemetry import Telemetry
     from operatorx.platform import describe_device
 
-    info, telemetry = describe_device(device), Telemetry(0)
+    info, telemetry = describe_device(device), Telemetry.for_torch_device(0)
     n = settings.device_round_calls
     round_settings = replace(settings.timing, warmup_calls=1, warmup_floor_s=0.0, first_warmup_floor_s=0.0,
-                             min_samples=n, max_samples=n, batch_size=n, min_time_s=0.0, throttle_retries=0)
-    timer = EventTiming(round_settings, info.l2_bytes, telemetry.max_sm_clock_hz() or 2.0e9)
+                             min_samples=n, max_samples=n, batch_size=n, noise_target=0.0, max_time_s=1e9,
+                             throttle_retries=0)
+    timer = device_timer(round_settings, info.l2_bytes, telemetry.max_sm_clock_hz())
     for name, fn in fns.items():
         with sides[name].context():
             warmup(fn, torch.cuda.synchronize, settings.timing)

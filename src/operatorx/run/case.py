@@ -9,12 +9,13 @@ from __future__ import annotations
 import json
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional, Protocol
 
 from operatorx.backends import Backend, Check, Prepared, Unsupported, get_backend
 from operatorx.backends.refusal import library_refusal
-from operatorx.measure import Measurement, Telemetry
+from operatorx.measure import Measurement, NotMeasurable, Telemetry
+from operatorx.measure.retry import measure_with_retries
 from operatorx.platform import DeviceInfo, Peaks, compute_class
 from operatorx.result import Row
 from operatorx.run.config import RunConfig
@@ -62,8 +63,9 @@ def _json_safe(metrics: dict[str, Any]) -> dict[str, Any]:
 
 class Timer(Protocol):
     method: str
+    flusher: Any
 
-    def measure(self, fn: Any) -> Measurement: ...
+    def measure(self, fn: Any, pause_s: float = 0.0) -> Measurement: ...
 
 
 def _rates(case: Case, latency_us: float, peaks: Optional[Peaks], min_bytes: Optional[int]) -> dict[str, Any]:
@@ -92,13 +94,19 @@ class CaseRunner:
     telemetry: Telemetry
     peaks: Optional[Peaks]
     testlist: str
+    l2_check: Optional[dict[str, Any]] = None
+    run_id: Optional[str] = None
+    _seconds: dict[str, float] = field(default_factory=dict, init=False, repr=False)
+    """Wall seconds of this case's phases (prepare_check, timing, profile), reset per case."""
 
     def run(self, case: Case, index: int) -> Row:
         """The case's row. Nothing raised by a backend (prepare, check, timing, release) escapes:
         it becomes this row's `error`, and the run goes on to the next case."""
         held: list[Prepared] = []
+        self._seconds = {}
+        t_case = time.perf_counter()
         try:
-            status, message, metrics = self._attempt(case, held)
+            status, message, metrics = self._attempt(case, held, index)
         except Exception as err:  # noqa: BLE001 - any failure becomes this case's error row
             status, message = "error", f"{type(err).__name__}: {str(err).strip()[:500]}"
             metrics = {"traceback": traceback.format_exc(limit=6)}
@@ -107,19 +115,25 @@ class CaseRunner:
             status = "error"
             message = f"{message}; {cleanup}" if message else cleanup
         metrics.setdefault("scheme", case.scheme())
+        metrics["case_seconds"] = {**self._seconds, "total": time.perf_counter() - t_case}
         return Row(case=case, backend=self.config.backend, status=status, testlist=self.testlist,  # type: ignore[arg-type]
                    case_index=index, message=message, metrics=_json_safe(metrics))
 
-    def _attempt(self, case: Case, held: list[Prepared]) -> tuple[str, Optional[str], dict[str, Any]]:
+    def _attempt(self, case: Case, held: list[Prepared], index: int) -> tuple[str, Optional[str], dict[str, Any]]:
         """(status, message, metrics); the prepared case goes into `held` as soon as it exists."""
         backend = get_backend(self.config.backend, case.type)
+        t0 = time.perf_counter()
         status, message, check = prepare_and_check(backend, self.config.backend, case, self.device.kind,
                                                    self.config.cpu_max_gflop, held)
+        self._seconds["prepare_check"] = time.perf_counter() - t0
         if status != "ok" or check is None:
             metrics = {"check": check.to_json(), "backend_meta": held[0].metadata} if check is not None else {}
             return status, message, metrics
         prepared = held[0]
-        metrics = self._measure(case, prepared)
+        try:
+            metrics = self._measure(case, prepared, index)
+        except NotMeasurable as err:
+            return "unsupported", err.reason, {"check": check.to_json(), "backend_meta": prepared.metadata}
         metrics["check"] = check.to_json()
         if self.config.host:
             from operatorx.run.host import host_metrics
@@ -140,38 +154,61 @@ class CaseRunner:
             self._free()
         return None
 
-    def _measure(self, case: Case, prepared: Prepared) -> dict[str, Any]:
-        before = self.telemetry.sample()
-        m = self.timer.measure(prepared.fn)
-        after = self.telemetry.sample()
-        attempts = [{"latency_us": m.latency_us, "capped": Telemetry.capped(before, after)}]
-        retries = self.config.timing.throttle_retries
-        while attempts[-1]["capped"] and retries > 0:
-            time.sleep(self.config.timing.throttle_rest_s)
-            retries -= 1
-            before = self.telemetry.sample()
-            m = self.timer.measure(prepared.fn)
-            after = self.telemetry.sample()
-            attempts.append({"latency_us": m.latency_us, "capped": Telemetry.capped(before, after)})
+    def _measure(self, case: Case, prepared: Prepared, index: int) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        done = measure_with_retries(self.timer, prepared.fn, self.telemetry, self.config.timing)
+        m, telemetry, attempts = done.measurement, done.telemetry, done.attempts
+        self._seconds["timing"] = time.perf_counter() - t0
         metrics: dict[str, Any] = {
             "latency_us": m.latency_us,
             "method": m.method,
             "clock": m.clock,
+            "l2_state": m.details.get("l2_state"),
+            "l2_verified": self.l2_check.get("verified") if self.l2_check else None,
+            "noise": m.summary.get("median_noise"),
             "summary_us": m.summary,
             "samples_us": m.samples_us,
             "warmup": {"calls": m.warmup_calls, "seconds": m.warmup_s},
             "stop_reason": m.stop_reason,
             "timing": {**self.config.timing.to_json(), **m.details},
-            "telemetry": {"before": before, "after": after, "attempts": attempts,
-                          "capped": attempts[-1]["capped"]},
+            "telemetry": {**telemetry, "attempts": attempts},
+            "capped": telemetry["capped"],
             "backend_meta": dict(prepared.metadata),
         }
         metrics.update(_rates(case, m.latency_us, self.peaks, prepared.min_bytes))
-        if self.device.kind == "cuda" and self.config.profile_kernels:
-            from operatorx.measure.kernels import profile_kernels
-
-            metrics["kernels"] = profile_kernels(prepared.fn)
+        if self.device.kind == "cuda":
+            t0 = time.perf_counter()
+            metrics.update(self._profile(prepared, m, index))
+            self._seconds["profile"] = time.perf_counter() - t0
         return metrics
+
+    def _profile(self, prepared: Prepared, m: Measurement, index: int) -> dict[str, Any]:
+        """The per-kernel breakdown, the `--trace` file, and the `--counters` replay (CUDA only)."""
+        from operatorx.measure.kernels import export_trace, kernel_breakdown
+
+        out: dict[str, Any] = {}
+        batch = m.last_batch
+        if batch is None and (self.config.profile_kernels or self.config.trace_dir is not None):
+            from operatorx.measure.trace import trace_batch  # events mode: one untimed profiled batch
+
+            batch = trace_batch(prepared.fn, 8, self.timer.flusher.flush, 0)
+        if batch is not None and self.config.profile_kernels:
+            out["profile"] = kernel_breakdown(batch)
+        if batch is not None and self.config.trace_dir is not None:
+            path = export_trace(batch, self.config.trace_dir / f"{self.run_id or 'run'}-case{index:05d}.json")
+            out["trace_path"] = str(path)
+        if self.config.counters_child:
+            import torch
+
+            from operatorx.measure.ncu import counters_replay_range
+
+            torch.cuda.synchronize()
+            torch.cuda.nvtx.range_push(counters_replay_range(index))
+            prepared.fn()
+            torch.cuda.synchronize()
+            torch.cuda.nvtx.range_pop()
+            out["perturbed"] = "timed while running under ncu (--counters)"
+        return out
 
     def _free(self) -> None:
         if self.device.kind == "cuda":

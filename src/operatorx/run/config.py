@@ -28,7 +28,16 @@ class RunConfig:
     cpu_max_gflop: float = 50.0
     """On the CPU device, cases above this much work are `unsupported`: a CPU would take minutes a call."""
     profile_kernels: bool = True
-    """Record the GPU kernels each case launches (torch.profiler, untimed)."""
+    """Per-kernel breakdown of each case (`metrics["profile"]`), from the timed CUPTI records."""
+    trace_dir: Optional[Path] = None
+    """Write each case's last profiled batch as a Perfetto-readable trace here."""
+    check_l2: bool = True
+    """Probe at the start of a CUDA run that the flushes give the L2 states they claim."""
+    counters_child: bool = False
+    """This run is the child of `--counters`, running under ncu: replay each op once in an NVTX
+    range for ncu, and mark the latencies perturbed."""
+    run_id: Optional[str] = None
+    """Use this run id instead of a new one (the `--counters` parent picks it for its child)."""
     host: bool = False
     """Also measure host µs per call (and per layer) after device timing: `metrics["host"]`."""
     host_timing: HostTimeSettings = field(default_factory=HostTimeSettings)

@@ -22,7 +22,7 @@ from operatorx.run.metadata import run_info
 from operatorx.spec import Case, load_testlist, resolve_testlist
 from operatorx.store import Store, write_json_atomic
 
-__all__ = ["Reporter", "RunOutcome", "select_cases", "run_testlist"]
+__all__ = ["Reporter", "RunOutcome", "new_run_id", "select_cases", "run_testlist"]
 
 
 class Reporter(Protocol):
@@ -53,6 +53,11 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+def new_run_id() -> str:
+    """`YYYYmmdd-HHMMSS-` + 6 hex digits: sortable by start time, unique across machines."""
+    return datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
+
+
 def select_cases(cases: list[Case], text: Optional[str], limit: Optional[int]) -> list[tuple[int, Case]]:
     """(index in the testlist, case) for cases whose label, scheme or sources contain `text`."""
     chosen = [(i, c) for i, c in enumerate(cases)
@@ -63,9 +68,9 @@ def select_cases(cases: list[Case], text: Optional[str], limit: Optional[int]) -
 def _timer(config: RunConfig, device_kind: str, l2_bytes: Optional[int], telemetry: Telemetry) -> Timer:
     if device_kind == "cpu":
         return HostClockTiming(config.timing)
-    from operatorx.measure.events import EventTiming
+    from operatorx.measure.device_timer import device_timer
 
-    return EventTiming(config.timing, l2_bytes, telemetry.max_sm_clock_hz() or 2.0e9)
+    return device_timer(config.timing, l2_bytes, telemetry.max_sm_clock_hz())
 
 
 def run_testlist(config: RunConfig, reporter: Optional[Reporter] = None) -> RunOutcome:
@@ -80,16 +85,23 @@ def run_testlist(config: RunConfig, reporter: Optional[Reporter] = None) -> RunO
 
     device_kind = resolve_device(config.device)
     device = describe_device(device_kind)
-    telemetry = Telemetry(0 if device_kind == "cuda" else None)
+    telemetry = Telemetry.for_torch_device(0) if device_kind == "cuda" else Telemetry(None)
     timer = _timer(config, device_kind, device.l2_bytes, telemetry)
-    runner = CaseRunner(config=config, device=device, timer=timer, telemetry=telemetry,
-                        peaks=peaks_for(device.name) if device_kind == "cuda" else None, testlist=testlist_name)
+    run_id = config.run_id or new_run_id()
+    l2_check = None
+    if device_kind == "cuda" and config.check_l2:
+        from operatorx.measure.l2_check import check_l2_states
 
-    run_id = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
+        l2_check = check_l2_states(device.l2_bytes, config.timing.l2_state, telemetry.max_sm_clock_hz())
+    runner = CaseRunner(config=config, device=device, timer=timer, telemetry=telemetry, l2_check=l2_check,
+                        run_id=run_id, peaks=peaks_for(device.name) if device_kind == "cuda" else None,
+                        testlist=testlist_name)
+
     store = Store(config.db)
     info = run_info(device)
     info.update({"testlist_path": str(path), "cases_in_testlist": len(cases), "cases_selected": len(chosen),
                  "filter": config.filter, "limit": config.limit, "timing": config.timing.to_json(),
+                 "l2_check": l2_check,
                  "device_kind": device_kind})
     store.begin_run(run_id, _now(), testlist_name, config.backend, device_kind, info)
     outcome = RunOutcome(run_id=run_id, document_path=config.results_dir / f"{run_id}.json")

@@ -1,0 +1,156 @@
+"""Device time from CUPTI's kernel records: the default timer on CUDA (`--timing kernels|graph`).
+
+Each timed call is preceded by the L2 flush of the declared state; a GPU spin ahead of each
+batch keeps the host ahead of the GPU, so no call waits on its own launch. One call's device
+time is the span from its first kernel's start to its last kernel's end — every kernel it
+launched counts (split-K reduce, quantize, its own fills), the harness's flush and spin do
+not (measure/trace.py says how they are told apart). No event pair sits around the call, so
+nothing of the harness is timed with a µs kernel.
+
+Graph mode captures the op in a CUDA graph and times each replay the same way: what a server
+that replays graphs sees (no launch gaps between the op's kernels). The flush stays outside
+the graph, so the L2 state is the same as in kernels mode.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from operatorx.measure.l2 import L2Flusher
+from operatorx.measure.loop import stop_reason, warmup
+from operatorx.measure.measurement import Measurement, NotMeasurable
+from operatorx.measure.settings import TimingSettings
+from operatorx.measure.stats import summarize
+from operatorx.measure.trace import STARVED_GAP_NS, trace_batch
+
+__all__ = ["KernelTiming", "capture_graph"]
+
+_SPIN_MARGIN = 1.5          # spin this many times the host's enqueue time of a batch
+_MAX_SPIN_S = 0.25
+_FIRST_ENQUEUE_GUESS_S = 300e-6   # per iteration under the profiler, before a batch has measured it (starved
+                                  # calls of a short first spin are dropped, and the next spin grows)
+
+
+def capture_graph(fn: Callable[[], Any]) -> Callable[[], Any]:
+    """`fn` captured in a CUDA graph; its replay. An op that cannot be captured is NotMeasurable."""
+    import torch
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.stream(stream):
+            fn()
+            fn()
+        torch.cuda.current_stream().wait_stream(stream)
+        torch.cuda.synchronize()
+        with torch.cuda.graph(graph):
+            fn()
+        torch.cuda.synchronize()
+    except Exception as err:  # noqa: BLE001 - what capture refuses is the row's reason
+        _recover_from_failed_capture()
+        raise NotMeasurable(f"cannot be captured in a CUDA graph: {type(err).__name__}: "
+                            f"{str(err).strip().splitlines()[0][:300] if str(err).strip() else ''}") from err
+    return graph.replay
+
+
+def _recover_from_failed_capture() -> None:
+    """A capture that fails midway leaves torch's CUDA generators marked as capturing, and every
+    later `torch.randn(device="cuda")` then raises "Offset increment outside graph capture". An
+    empty capture that ends normally runs the generators' capture epilogue and clears that."""
+    import torch
+
+    try:
+        torch.cuda.synchronize()
+    except Exception:  # noqa: BLE001 - the failed capture's own error is the one reported
+        pass
+    try:
+        with torch.cuda.graph(torch.cuda.CUDAGraph()):
+            pass
+        torch.cuda.synchronize()
+    except Exception:  # noqa: BLE001
+        pass
+
+
+_profiler_ready = False
+
+
+def _warm_profiler() -> None:
+    """The first profiler session of a process initializes CUPTI (seconds): do it outside any
+    case's timed window, so the per-case time cap is not spent on it."""
+    global _profiler_ready
+    if not _profiler_ready:
+        import torch
+
+        trace_batch(lambda: torch.cuda._sleep(1000), 2, None, 0)
+        _profiler_ready = True
+
+
+class KernelTiming:
+    def __init__(self, settings: TimingSettings, flusher: L2Flusher, sm_clock_hz: float, graph: bool = False):
+        self.settings = settings
+        self.flusher = flusher
+        self.sm_clock_hz = sm_clock_hz
+        self.graph = graph
+        self.method = "cupti_kernels/cuda_graph" if graph else "cupti_kernels"
+
+    def _cycles(self, seconds: float) -> int:
+        return int(min(seconds, _MAX_SPIN_S) * self.sm_clock_hz)
+
+    def measure(self, fn: Callable[[], Any], pause_s: float = 0.0) -> Measurement:
+        import torch
+
+        s = self.settings
+        _warm_profiler()
+        calls, warm_s = warmup(fn, torch.cuda.synchronize, s)
+        call = capture_graph(fn) if self.graph else fn
+        if self.graph:
+            call()
+            torch.cuda.synchronize()
+        flush = self.flusher.flush if self.flusher.state != "warm" else None
+        samples_us: list[float] = []
+        busy_us: list[float] = []
+        gaps_ns: list[int] = []
+        starved = unattributed = batches = spin_short = 0
+        enqueue_s = _FIRST_ENQUEUE_GUESS_S
+        wall0 = time.perf_counter()
+        reason = None
+        batch = None
+        while reason is None:
+            n = min(s.batch_size, s.max_samples - len(samples_us))
+            spin = self._cycles(_SPIN_MARGIN * enqueue_s * n) if s.spin and pause_s == 0 else 0
+            pause_spin = self._cycles(_SPIN_MARGIN * enqueue_s) if s.spin else 0
+            batch = trace_batch(call, n, flush, spin, pause_s=pause_s, pause_spin_cycles=pause_spin)
+            batches += 1
+            unattributed += batch.unattributed
+            kept = [c for c in batch.calls if c.activities and not c.starved]
+            starved += sum(c.starved for c in batch.calls)
+            if pause_s == 0:
+                enqueue_s = max(enqueue_s, batch.enqueue_s_per_call) if batches > 1 else batch.enqueue_s_per_call
+                if len(kept) < len(batch.calls):
+                    spin_short += 1
+                    enqueue_s *= 2          # the queue ran dry: give the next batch twice the head start
+            samples_us.extend(c.span_ns / 1e3 for c in kept)
+            busy_us.extend(c.busy_ns / 1e3 for c in kept)
+            gaps_ns.extend(c.gap_before_ns for c in kept if c.gap_before_ns is not None)
+            if not any(c.activities for c in batch.calls):
+                raise NotMeasurable("the op launched no device work that CUPTI recorded (host-only op?)")
+            wall_s = time.perf_counter() - wall0
+            reason = stop_reason(samples_us, wall_s, s)
+            if not samples_us and wall_s >= s.timeout_s:
+                raise NotMeasurable(f"every call was starved by the host for {s.timeout_s:g} s "
+                                    f"({starved} calls): the op cannot be fed fast enough to time its device work")
+        import numpy as np
+
+        details = {**self.flusher.to_json(), "spin": s.spin, "batches": batches, "batch_size": s.batch_size,
+                   "starved_calls_dropped": starved, "starved_gap_us": STARVED_GAP_NS / 1e3,
+                   "spin_short_batches": spin_short, "unattributed_activities": unattributed,
+                   "enqueue_us_per_call": enqueue_s * 1e6, "pause_s": pause_s,
+                   "busy_us_median": float(np.median(busy_us)) if busy_us else None,
+                   "gap_before_call_us_median": float(np.median(gaps_ns)) / 1e3 if gaps_ns else None,
+                   "graph": self.graph}
+        return Measurement(method=self.method, clock="device", samples_us=samples_us, summary=summarize(samples_us),
+                           warmup_calls=calls, warmup_s=warm_s, stop_reason=reason, details=details,
+                           last_batch=batch)

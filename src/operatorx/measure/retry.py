@@ -1,0 +1,50 @@
+"""Timing with the GPU's conditions watched: telemetry around each attempt, a retry while capped.
+
+A power or thermal cap lowers the SM clock for a while; a number taken then describes the
+cap. So: measure with a telemetry sampler running; if the attempt was capped, measure again
+with a pause between calls (2, 4, 8 ms by default) that lets power and temperature fall,
+up to `throttle_retries` times; keep the fastest uncapped attempt (else the fastest, flagged).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from operatorx.measure.measurement import Measurement
+from operatorx.measure.settings import TimingSettings
+from operatorx.measure.telemetry import Telemetry, TelemetrySampler
+
+__all__ = ["Attempted", "measure_with_retries"]
+
+
+class _Timer(Protocol):
+    def measure(self, fn: Callable[[], Any], pause_s: float = 0.0) -> Measurement: ...
+
+
+class Attempted:
+    """The kept measurement, its telemetry summary, and every attempt in brief."""
+
+    def __init__(self, measurement: Measurement, telemetry: dict[str, Any], attempts: list[dict[str, Any]]):
+        self.measurement = measurement
+        self.telemetry = telemetry
+        self.attempts = attempts
+
+
+def measure_with_retries(timer: _Timer, fn: Callable[[], Any], telemetry: Telemetry,
+                         settings: TimingSettings) -> Attempted:
+    tried: list[tuple[Measurement, dict[str, Any], float]] = []
+    for attempt in range(1 + settings.throttle_retries):
+        pause_s = settings.pause_s(attempt)
+        with TelemetrySampler(telemetry, settings.telemetry_period_s, settings.capped_clock_fraction) as sampler:
+            m = timer.measure(fn, pause_s=pause_s)
+        tried.append((m, sampler.summary(), pause_s))
+        if not tried[-1][1]["capped"]:
+            break
+    pool = [i for i, t in enumerate(tried) if not t[1]["capped"]] or list(range(len(tried)))
+    kept = min(pool, key=lambda i: tried[i][0].latency_us)
+    brief = [{"latency_us": m.latency_us, "pause_s": p, "capped": t["capped"],
+              "capping_reasons": t.get("capping_reasons", []), "sm_clock_mhz": t.get("sm_clock_mhz"),
+              "power_w": t.get("power_w"), "stop_reason": m.stop_reason, "samples": len(m.samples_us),
+              "kept": i == kept} for i, (m, t, p) in enumerate(tried)]
+    return Attempted(tried[kept][0], tried[kept][1], brief)

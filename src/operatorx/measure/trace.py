@@ -1,0 +1,193 @@
+"""One batch of timed calls under CUPTI (torch.profiler / Kineto), and which device work was whose.
+
+The harness marks its own host-side steps with ranges: `ox.spin` (the GPU spin that lets the
+host enqueue ahead), `ox.flush` (the L2 flush) and `ox.call` (one call of the op). Every device
+activity (kernel, memset, memcpy) carries the CUPTI correlation id of the runtime or driver API
+call that launched it (`cudaLaunchKernel`, `cuLaunchKernelEx`, `cudaGraphLaunch`, ...); that
+call happened on the host inside exactly one of the ranges. So a kernel belongs to call i
+because it was *launched* inside call i's range — never because of its name: the op's own
+`torch.zeros` fill counts, the harness's identical-looking fill does not.
+
+A call is *starved* when the GPU sat idle before it (its first kernel started more than
+`STARVED_GAP_NS` after the previous device activity ended): the host had not kept up, and
+the call's later kernels may have waited on their launches too. Starved calls are dropped
+from the samples and counted, and the spin ahead of the next batch grows.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+__all__ = ["RANGE_CALL", "RANGE_FLUSH", "RANGE_SPIN", "STARVED_GAP_NS", "Activity", "CallTrace", "TraceBatch",
+           "attribute", "trace_batch"]
+
+RANGE_SPIN, RANGE_FLUSH, RANGE_CALL = "ox.spin", "ox.flush", "ox.call"
+_HARNESS_RANGES = (RANGE_SPIN, RANGE_FLUSH, RANGE_CALL)
+#: Launch APIs are the CPU-side events whose names start so (CUDA runtime, CUDA driver, HIP).
+_LAUNCH_API_PREFIXES = ("cu", "hip")
+STARVED_GAP_NS = 5_000
+
+
+@dataclass(frozen=True)
+class Activity:
+    """One device activity: a kernel, memset or memcpy."""
+    name: str
+    start_ns: int
+    end_ns: int
+    correlation_id: int
+
+    @property
+    def duration_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+
+@dataclass
+class CallTrace:
+    """The device activities one call launched, in start order."""
+    activities: list[Activity] = field(default_factory=list)
+    gap_before_ns: Optional[int] = None
+    """Idle device time between the previous activity's end and this call's first start."""
+
+    @property
+    def span_ns(self) -> int:
+        """First start to last end: the call's device time, launch gaps between its kernels included."""
+        if not self.activities:
+            return 0
+        return max(a.end_ns for a in self.activities) - self.activities[0].start_ns
+
+    @property
+    def busy_ns(self) -> int:
+        """Time at least one of the call's activities ran (overlaps counted once)."""
+        busy, reach = 0, None
+        for a in self.activities:
+            start = a.start_ns if reach is None else max(a.start_ns, reach)
+            if a.end_ns > start:
+                busy += a.end_ns - start
+            reach = a.end_ns if reach is None else max(reach, a.end_ns)
+        return busy
+
+    @property
+    def starved(self) -> bool:
+        return self.gap_before_ns is not None and self.gap_before_ns > STARVED_GAP_NS
+
+
+@dataclass
+class TraceBatch:
+    calls: list[CallTrace]
+    harness_activities: int
+    """Flush and spin activities seen (excluded from every call)."""
+    unattributed: int
+    """Device activities that could not be tied to a range: a sign of work launched from another thread."""
+    enqueue_s_per_call: float
+    """Host seconds per iteration (flush + call) under the profiler, to size the next spin."""
+    profiler: Any = None
+    """The torch.profiler object, kept for the per-kernel breakdown and `--trace` export."""
+
+
+def _ranges(events: Sequence[Any], cpu: Any) -> tuple[list[int], list[tuple[int, int, str, int]]]:
+    """Sorted harness ranges on the host as (start, end, name, call index); call index -1 for spin/flush."""
+    ranges = sorted((e.start_ns(), e.end_ns(), e.name()) for e in events
+                    if e.device_type() == cpu and e.is_user_annotation() and e.name() in _HARNESS_RANGES)
+    out, calls = [], 0
+    for start, end, name in ranges:
+        out.append((start, end, name, calls if name == RANGE_CALL else -1))
+        calls += name == RANGE_CALL
+    return [r[0] for r in out], out
+
+
+def attribute(events: Iterable[Any], cpu: Any, cuda: Any) -> tuple[list[CallTrace], int, int]:
+    """(calls, harness activity count, unattributed count) from Kineto events.
+
+    `events` are torch's `_KinetoEvent`s (or anything with the same methods): name(),
+    device_type(), correlation_id(), linked_correlation_id(), start_ns(), end_ns(),
+    is_user_annotation(). Host ops and runtime calls have separate id spaces, hence two maps.
+    """
+    events = list(events)
+    starts, ranges = _ranges(events, cpu)
+    launch_at: dict[int, int] = {}
+    op_at: dict[int, int] = {}
+    device: list[Activity] = []
+    for e in events:
+        if e.is_user_annotation():
+            continue
+        if e.device_type() == cuda:
+            device.append(Activity(e.name(), e.start_ns(), e.end_ns(), e.correlation_id()))
+            continue
+        if e.device_type() != cpu:
+            continue
+        (launch_at if e.name().startswith(_LAUNCH_API_PREFIXES) else op_at)[e.correlation_id()] = e.start_ns()
+    linked = {e.correlation_id(): e.linked_correlation_id() for e in events
+              if e.device_type() == cuda and not e.is_user_annotation()}
+    n_calls = sum(r[2] == RANGE_CALL for r in ranges)
+    calls = [CallTrace() for _ in range(n_calls)]
+    owner: dict[int, int] = {}          # index in `device` -> call index, or -1 for harness
+    harness = unattributed = 0
+    for i, act in enumerate(device):
+        at = launch_at.get(act.correlation_id)
+        if at is None:
+            at = op_at.get(linked.get(act.correlation_id, 0))
+        k = bisect.bisect_right(starts, at) - 1 if at is not None else -1
+        if k < 0 or at > ranges[k][1]:                       # type: ignore[operator]
+            unattributed += 1
+            continue
+        call = ranges[k][3]
+        owner[i] = call
+        if call < 0:
+            harness += 1
+        else:
+            calls[call].activities.append(act)
+    # idle time before each call: its first start minus the latest end of anything that started earlier
+    order = sorted(range(len(device)), key=lambda i: device[i].start_ns)
+    reach: Optional[int] = None
+    first_seen: set[int] = set()
+    for i in order:
+        call = owner.get(i)
+        if call is not None and call >= 0 and call not in first_seen:
+            first_seen.add(call)
+            if reach is not None:
+                calls[call].gap_before_ns = max(0, device[i].start_ns - reach)
+        reach = device[i].end_ns if reach is None else max(reach, device[i].end_ns)
+    for c in calls:
+        c.activities.sort(key=lambda a: a.start_ns)
+    return calls, harness, unattributed
+
+
+def trace_batch(call: Callable[[], Any], n: int, flush: Optional[Callable[[], None]], spin_cycles: int,
+                pause_s: float = 0.0, pause_spin_cycles: int = 0) -> TraceBatch:
+    """Run `n` iterations of [flush, call] under the profiler and attribute the device work.
+
+    With `pause_s` > 0 each iteration is its own short queue (spin, flush, call, synchronize,
+    sleep): the GPU rests between calls, as the throttle retry wants.
+    """
+    import time
+
+    import torch
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        if spin_cycles > 0:
+            with record_function(RANGE_SPIN):
+                torch.cuda._sleep(spin_cycles)
+        t0 = time.perf_counter()
+        for _ in range(n):
+            if pause_s > 0 and pause_spin_cycles > 0:
+                with record_function(RANGE_SPIN):
+                    torch.cuda._sleep(pause_spin_cycles)
+            if flush is not None:
+                with record_function(RANGE_FLUSH):
+                    flush()
+            with record_function(RANGE_CALL):
+                call()
+            if pause_s > 0:
+                torch.cuda.synchronize()
+                time.sleep(pause_s)
+        enqueue_s = (time.perf_counter() - t0) / n
+        torch.cuda.synchronize()
+    calls, harness, unattributed = attribute(prof.profiler.kineto_results.events(), DeviceType.CPU, DeviceType.CUDA)
+    return TraceBatch(calls=calls, harness_activities=harness, unattributed=unattributed,
+                      enqueue_s_per_call=enqueue_s, profiler=prof)
