@@ -29,3 +29,20 @@ log=$OUT/log.txt
         --db "$OUT/rate.db" --results-dir "$OUT/res" 2>&1 | tail -4
   fi
 } 2>&1 | tee -a "$log"
+if [[ -n "${RATE_LIST:-}" ]]; then
+  python3 - "$OUT"/res/*.json <<'PY' 2>&1 | tee -a "$OUT/log.txt"
+import json, statistics as st, sys
+from collections import Counter
+for path in sys.argv[1:]:
+    doc = json.load(open(path))
+    rows = doc["rows"]
+    ok = [r for r in rows if r["status"] == "ok"]
+    print(path.split("/")[-1], Counter(r["status"] for r in rows), "stop:", Counter(r["metrics"].get("stop_reason") for r in ok))
+    for phase in ("prepare_check", "timing", "profile", "total"):
+        xs = [r["metrics"]["case_seconds"].get(phase, 0.0) for r in ok]
+        print(f"  ok rows {phase:14} median {st.median(xs)*1e3:7.1f} ms  sum {sum(xs):6.1f} s")
+    xs = [r["metrics"]["case_seconds"]["total"] for r in rows if r["status"] != "ok"]
+    print(f"  not-ok rows total sum {sum(xs):.1f} s; capped rows: {sum(1 for r in ok if r['metrics'].get('capped'))}")
+    print("  l2_check:", json.dumps(doc["run"]["info"].get("l2_check", {}).get("probe_us")))
+PY
+fi

@@ -69,3 +69,16 @@ def test_graph_mode_times_replays_and_refuses_what_cannot_be_captured():
     with pytest.raises(NotMeasurable, match="CUDA graph"):
         _timer(mode="graph").measure(lambda: (x.sum().item(), x + 1))
     assert torch.randn(4, device="cuda").isfinite().all()     # a failed capture leaves torch usable
+
+
+def test_an_op_that_waits_on_the_gpu_inside_a_call_is_timed_with_its_gaps_and_says_so():
+    import torch
+
+    x = torch.randn(1 << 20, device="cuda")
+
+    def syncing_op():
+        n = int(x[0].abs().item() * 0)                     # a device->host wait inside the call
+        return x * (2.0 + n)
+
+    m = _timer(max_time_s=0.3).measure(syncing_op)
+    assert m.details["host_gaps_included"] is True and m.summary["n"] >= 10

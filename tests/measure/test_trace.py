@@ -34,7 +34,7 @@ def _fill(start, corr):
     return Ev("vectorized_elementwise_kernel<fill>", CUDA, start, start + 1_000, corr)
 
 
-def _events(gap_ns=500):
+def _events(gap_ns=500, inner_gap_ns=0):
     """spin, then 2 x [flush (fill + discard), call (own fill + gemm + splitK reduce)].
 
     Host op ids and CUPTI correlation ids overlap on purpose (id 11 is both), as in real traces.
@@ -56,10 +56,11 @@ def _events(gap_ns=500):
                Ev("cudaLaunchKernelExC", CPU, h + 320, h + 321, corr + 5)]
         ev += [_fill(t_gpu, corr + 1), Ev("_discard", CUDA, t_gpu + 1_000, t_gpu + 2_000, corr + 2)]
         t = t_gpu + 2_000 + gap_ns
-        ev += [_fill(t, corr + 3), Ev("nvjet_splitK", CUDA, t + 1_500, t + 11_500, corr + 4, 12 + 10 * i),
-               Ev("splitKreduce", CUDA, t + 11_400, t + 12_000, corr + 5, 12 + 10 * i),
-               Ev("ox.call", CUDA, t, t + 12_000, 3 + 10 * i, _annot=True)]       # Kineto's GPU copy: ignored
-        t_gpu = t + 12_000
+        g = inner_gap_ns
+        ev += [_fill(t, corr + 3), Ev("nvjet_splitK", CUDA, t + 1_500 + g, t + 11_500 + g, corr + 4, 12 + 10 * i),
+               Ev("splitKreduce", CUDA, t + 11_400 + g, t + 12_000 + g, corr + 5, 12 + 10 * i),
+               Ev("ox.call", CUDA, t, t + 12_000 + g, 3 + 10 * i, _annot=True)]   # Kineto's GPU copy: ignored
+        t_gpu = t + 12_000 + g
         corr += 10
     return ev
 
@@ -77,6 +78,11 @@ def test_each_call_owns_the_kernels_it_launched_and_nothing_of_the_harness():
 def test_a_call_the_host_did_not_feed_in_time_is_starved():
     calls, _, _ = attribute(_events(gap_ns=STARVED_GAP_NS + 1_000), CPU, CUDA)
     assert all(c.starved for c in calls)
+
+
+def test_a_call_whose_later_kernel_waited_on_the_host_is_starved_too():
+    calls, _, _ = attribute(_events(inner_gap_ns=STARVED_GAP_NS + 500), CPU, CUDA)
+    assert all(c.starved and c.gap_before_ns == 500 and c.max_gap_ns == STARVED_GAP_NS + 1_000 for c in calls)
 
 
 def test_work_launched_outside_the_ranges_is_counted_not_given_to_a_call():

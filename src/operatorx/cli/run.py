@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
@@ -92,10 +93,15 @@ def run_command(
         host_timing = HostTimeSettings(batches=host_batches, batch_calls=host_batch_calls, order=host_order)  # type: ignore[arg-type]
         if is_user_spec(backend):
             load_user_function(backend)          # a bad py:/mod: spec fails here, before the run starts
+        if counters_child:
+            # ncu holds CUPTI in the child: kernel-level timing, the kernel breakdown and the L2 probe
+            # need it too, so the child times with events (its rows are marked perturbed anyway)
+            timing = replace(timing, mode="events")
         config = RunConfig(testlist=testlist, backend=backend, device=device, filter=filter_text, limit=limit,
                            db=db, results_dir=results_dir, timing=timing, cpu_max_gflop=cpu_max_gflop,
-                           host=host, host_timing=host_timing, trace_dir=trace_dir, counters_child=counters_child,
-                           run_id=run_id)
+                           host=host, host_timing=host_timing, trace_dir=None if counters_child else trace_dir,
+                           counters_child=counters_child, run_id=run_id, profile_kernels=not counters_child,
+                           check_l2=not counters_child)
         if counters:
             _run_counters(db, results_dir)
             return

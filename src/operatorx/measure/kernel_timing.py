@@ -27,7 +27,11 @@ from operatorx.measure.trace import STARVED_GAP_NS, trace_batch
 
 __all__ = ["KernelTiming", "capture_graph"]
 
-_SPIN_MARGIN = 1.5          # spin this many times the host's enqueue time of a batch
+_SPIN_MARGIN = 1.2          # spin this many times the host's enqueue time of a batch (starved calls are
+                            # detected and dropped, so the margin only needs to cover the usual case)
+_PAUSE_SPIN_S = 200e-6      # extra head start per call in pause mode (throttle retries)
+_MAX_BATCH = 512
+_ALL_STARVED_BATCHES = 3    # this many batches with every call starved: the op waits on the host itself
 _MAX_SPIN_S = 0.25
 _FIRST_ENQUEUE_GUESS_S = 300e-6   # per iteration under the profiler, before a batch has measured it (starved
                                   # calls of a short first spin are dropped, and the next spin grows)
@@ -88,6 +92,20 @@ def _warm_profiler() -> None:
         _profiler_ready = True
 
 
+def _next_batch(samples_us: list[float], s: TimingSettings, n: int) -> int:
+    """Calls in the next batch: as many as the noise so far says the target needs (noise falls like
+    1/sqrt(n)), at least `batch_size`, at most 512; each batch costs a profiler session."""
+    from operatorx.measure.stats import median_noise
+
+    if len(samples_us) < 2 or s.noise_target <= 0:
+        return s.batch_size
+    noise = median_noise(samples_us)
+    if not noise < float("inf"):
+        return s.batch_size
+    needed = len(samples_us) * (noise / s.noise_target) ** 2 - len(samples_us)
+    return int(min(_MAX_BATCH, max(s.batch_size, 1.2 * needed)))
+
+
 class KernelTiming:
     def __init__(self, settings: TimingSettings, flusher: L2Flusher, sm_clock_hz: float, graph: bool = False):
         self.settings = settings
@@ -118,20 +136,27 @@ class KernelTiming:
         wall0 = time.perf_counter()
         reason = None
         batch = None
+        n = s.batch_size
+        all_starved_streak = 0
+        gaps_included = False
         while reason is None:
-            n = min(s.batch_size, s.max_samples - len(samples_us))
+            n = max(1, min(n, s.max_samples - len(samples_us)))
             spin = self._cycles(_SPIN_MARGIN * enqueue_s * n) if s.spin and pause_s == 0 else 0
-            pause_spin = self._cycles(_SPIN_MARGIN * enqueue_s) if s.spin else 0
+            pause_spin = self._cycles(2 * enqueue_s + _PAUSE_SPIN_S) if s.spin else 0
             batch = trace_batch(call, n, flush, spin, pause_s=pause_s, pause_spin_cycles=pause_spin)
             batches += 1
             unattributed += batch.unattributed
-            kept = [c for c in batch.calls if c.activities and not c.starved]
-            starved += sum(c.starved for c in batch.calls)
+            with_work = [c for c in batch.calls if c.activities]
+            kept = with_work if gaps_included else [c for c in with_work if not c.starved]
+            starved += sum(c.starved for c in with_work)
+            all_starved_streak = all_starved_streak + 1 if with_work and not kept else 0
+            if all_starved_streak >= _ALL_STARVED_BATCHES and not gaps_included:
+                gaps_included, kept = True, with_work     # the op itself leaves the GPU idle: keep and say so
             if pause_s == 0:
                 enqueue_s = max(enqueue_s, batch.enqueue_s_per_call) if batches > 1 else batch.enqueue_s_per_call
-                if len(kept) < len(batch.calls):
-                    spin_short += 1
-                    enqueue_s *= 2          # the queue ran dry: give the next batch twice the head start
+            if len(kept) < len(with_work):
+                spin_short += 1
+                enqueue_s *= 2              # the queue ran dry: give the next batch twice the head start
             samples_us.extend(c.span_ns / 1e3 for c in kept)
             busy_us.extend(c.busy_ns / 1e3 for c in kept)
             gaps_ns.extend(c.gap_before_ns for c in kept if c.gap_before_ns is not None)
@@ -139,6 +164,7 @@ class KernelTiming:
                 raise NotMeasurable("the op launched no device work that CUPTI recorded (host-only op?)")
             wall_s = time.perf_counter() - wall0
             reason = stop_reason(samples_us, wall_s, s)
+            n = _next_batch(samples_us, s, n)
             if not samples_us and wall_s >= s.timeout_s:
                 raise NotMeasurable(f"every call was starved by the host for {s.timeout_s:g} s "
                                     f"({starved} calls): the op cannot be fed fast enough to time its device work")
@@ -150,7 +176,7 @@ class KernelTiming:
                    "enqueue_us_per_call": enqueue_s * 1e6, "pause_s": pause_s,
                    "busy_us_median": float(np.median(busy_us)) if busy_us else None,
                    "gap_before_call_us_median": float(np.median(gaps_ns)) / 1e3 if gaps_ns else None,
-                   "graph": self.graph}
+                   "graph": self.graph, "host_gaps_included": gaps_included}
         return Measurement(method=self.method, clock="device", samples_us=samples_us, summary=summarize(samples_us),
                            warmup_calls=calls, warmup_s=warm_s, stop_reason=reason, details=details,
                            last_batch=batch)

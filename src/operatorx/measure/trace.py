@@ -8,10 +8,12 @@ call happened on the host inside exactly one of the ranges. So a kernel belongs 
 because it was *launched* inside call i's range — never because of its name: the op's own
 `torch.zeros` fill counts, the harness's identical-looking fill does not.
 
-A call is *starved* when the GPU sat idle before it (its first kernel started more than
-`STARVED_GAP_NS` after the previous device activity ended): the host had not kept up, and
-the call's later kernels may have waited on their launches too. Starved calls are dropped
-from the samples and counted, and the spin ahead of the next batch grows.
+A call is *starved* when the GPU sat idle before or inside it: one of its activities started
+more than `STARVED_GAP_NS` after everything launched earlier had ended. The host had not kept
+up (a multi-kernel op whose host code between kernels is slower than its kernels), and the
+span would time the host. Starved calls are dropped from the samples and counted, and the
+spin ahead of the next batch grows. An op that waits on the GPU inside a call (a `.item()`)
+starves every call whatever the spin; the timer then keeps such spans and says so.
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ class CallTrace:
     activities: list[Activity] = field(default_factory=list)
     gap_before_ns: Optional[int] = None
     """Idle device time between the previous activity's end and this call's first start."""
+    max_gap_ns: int = 0
+    """The longest idle device time before or between this call's activities."""
 
     @property
     def span_ns(self) -> int:
@@ -71,7 +75,7 @@ class CallTrace:
 
     @property
     def starved(self) -> bool:
-        return self.gap_before_ns is not None and self.gap_before_ns > STARVED_GAP_NS
+        return self.max_gap_ns > STARVED_GAP_NS
 
 
 @dataclass
@@ -139,16 +143,19 @@ def attribute(events: Iterable[Any], cpu: Any, cuda: Any) -> tuple[list[CallTrac
             harness += 1
         else:
             calls[call].activities.append(act)
-    # idle time before each call: its first start minus the latest end of anything that started earlier
+    # idle device time before each activity: its start minus the latest end of anything that started earlier
     order = sorted(range(len(device)), key=lambda i: device[i].start_ns)
     reach: Optional[int] = None
     first_seen: set[int] = set()
     for i in order:
         call = owner.get(i)
-        if call is not None and call >= 0 and call not in first_seen:
+        if call is not None and call >= 0 and reach is not None:
+            gap = max(0, device[i].start_ns - reach)
+            if call not in first_seen:
+                calls[call].gap_before_ns = gap
+            calls[call].max_gap_ns = max(calls[call].max_gap_ns, gap)
+        if call is not None and call >= 0:
             first_seen.add(call)
-            if reach is not None:
-                calls[call].gap_before_ns = max(0, device[i].start_ns - reach)
         reach = device[i].end_ns if reach is None else max(reach, device[i].end_ns)
     for c in calls:
         c.activities.sort(key=lambda a: a.start_ns)

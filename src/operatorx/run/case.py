@@ -200,14 +200,16 @@ class CaseRunner:
         if self.config.counters_child:
             import torch
 
-            from operatorx.measure.ncu import counters_replay_range
+            from operatorx.measure.ncu import PERTURBED_REASON, counters_replay_range
 
             torch.cuda.synchronize()
             torch.cuda.nvtx.range_push(counters_replay_range(index))
-            prepared.fn()
-            torch.cuda.synchronize()
-            torch.cuda.nvtx.range_pop()
-            out["perturbed"] = "timed while running under ncu (--counters)"
+            try:
+                prepared.fn()
+                torch.cuda.synchronize()
+            finally:
+                torch.cuda.nvtx.range_pop()
+            out["perturbed"] = PERTURBED_REASON
         return out
 
     def _free(self) -> None:

@@ -5,6 +5,7 @@ Each row is committed when its case ends, so a crash loses at most the case in f
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Optional
 
@@ -45,6 +46,20 @@ class Store:
                             op_type=row.case.type, backend=row.backend, testlist=row.testlist,
                             status=row.status, message=row.message, latency_us=m.get("latency_us"),
                             tflops=m.get("tflops"), gbps=m.get("gbps"), record=row.to_json()))
+
+    def patch_metrics(self, run_id: str, patches: Mapping[int, Mapping[str, Any]]) -> int:
+        """Merge `patches[case_index]` into the metrics of that case's row(s) of the run, all in one
+        transaction (keys given replace keys stored; others stay). Returns the rows changed."""
+        if not patches:
+            return 0
+        with Session(self.engine) as s, s.begin():
+            rows = s.scalars(select(RowRecord).where(RowRecord.run_id == run_id,
+                                                     RowRecord.case_index.in_(list(patches)))).all()
+            for r in rows:
+                record = dict(r.record)      # a new object: the JSON column only sees reassignment
+                record["metrics"] = {**(record.get("metrics") or {}), **patches[r.case_index]}
+                r.record = record
+            return len(rows)
 
     def finish_run(self, run_id: str, finished_at: str, state: str = "finished") -> None:
         with Session(self.engine) as s, s.begin():
