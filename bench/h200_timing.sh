@@ -11,9 +11,13 @@ log=$OUT/log.txt
   python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"
   ncu --version | tail -1
   if [[ "${SKIP_TESTS:-0}" != 1 ]]; then
-    echo "== gpu tests (measure, run)"
-    python3 -m pytest -q -m gpu tests/measure tests/run -p no:cacheprovider 2>&1 | tail -25
+    echo "== gpu tests (${TESTS:-tests/measure tests/run})"
+    python3 -m pytest -q -m gpu ${TESTS:-tests/measure tests/run} -p no:cacheprovider 2>&1 | tail -25
   fi
+  for tl in ${RUN_LISTS:-}; do
+    echo "== operatorx run -t $tl ${RUN_ARGS:-}"
+    python3 -m operatorx run -t "$tl" ${RUN_ARGS:-} --db "$OUT/lists.db" --results-dir "$OUT/lists" 2>&1 | tail -3
+  done
   echo "== ours"; python3 bench/timing_accuracy.py ours "$OUT" 2>&1 | grep -v Warning
   echo "== cupti reference"; python3 bench/timing_accuracy.py cupti "$OUT" 2>&1 | grep -v Warning | tail -3
   if [[ "${SKIP_NCU:-0}" != 1 ]]; then
@@ -29,8 +33,8 @@ log=$OUT/log.txt
         --db "$OUT/rate.db" --results-dir "$OUT/res" 2>&1 | tail -4
   fi
 } 2>&1 | tee -a "$log"
-if [[ -n "${RATE_LIST:-}" ]]; then
-  python3 - "$OUT"/res/*.json <<'PY' 2>&1 | tee -a "$OUT/log.txt"
+if [[ -n "${RATE_LIST:-}${RUN_LISTS:-}" ]]; then
+  python3 - "$OUT"/res/*.json "$OUT"/lists/*.json <<'PY' 2>&1 | tee -a "$OUT/log.txt"
 import json, statistics as st, sys
 from collections import Counter
 for path in sys.argv[1:]:
@@ -43,6 +47,9 @@ for path in sys.argv[1:]:
         print(f"  ok rows {phase:14} median {st.median(xs)*1e3:7.1f} ms  sum {sum(xs):6.1f} s")
     xs = [r["metrics"]["case_seconds"]["total"] for r in rows if r["status"] != "ok"]
     print(f"  not-ok rows total sum {sum(xs):.1f} s; capped rows: {sum(1 for r in ok if r['metrics'].get('capped'))}")
-    print("  l2_check:", json.dumps(doc["run"]["info"].get("l2_check", {}).get("probe_us")))
+    print("  l2_check:", json.dumps((doc["run"].get("l2_check") or {}).get("probe_us")))
+    print("  starved dropped:", sum(r["metrics"]["timing"].get("starved_calls_dropped") or 0 for r in ok),
+          "host gaps included:", sum(1 for r in ok if r["metrics"]["timing"].get("host_gaps_included")),
+          "retried:", sum(1 for r in ok if len(r["metrics"]["telemetry"].get("attempts", [])) > 1))
 PY
 fi

@@ -27,8 +27,10 @@ def test_a_planted_spin_is_timed_by_its_own_kernel_and_matches_events():
     events = _timer(mode="events").measure(spin)
     assert kernels.method == "cupti_kernels" and kernels.summary["n"] >= 10
     assert 20 < kernels.latency_us < 200
-    assert kernels.latency_us == pytest.approx(events.latency_us, rel=0.05)
+    # the event pair is timed with the kernel: events read a little more (seen: +2.8 µs on the H200)
+    assert 0 <= events.latency_us - kernels.latency_us < 6
     assert kernels.details["unattributed_activities"] == 0
+    assert kernels.details["flush_launch"] == "cuda_graph" and kernels.details["l2_state"] == "cold_clean"
 
 
 def test_every_kernel_of_a_call_counts_and_the_flush_does_not():

@@ -30,7 +30,7 @@ def test_flusher_refuses_unknown_states_and_needs_an_l2_size():
         L2Flusher("cold_clean", None)
     warm = L2Flusher("warm", None)
     warm.flush()                                             # nothing to do, no GPU needed
-    assert warm.to_json() == {"l2_state": "warm", "flush_bytes": 0}
+    assert warm.to_json() == {"l2_state": "warm", "flush_bytes": 0, "flush_launch": "eager"}
 
 
 @pytest.mark.gpu

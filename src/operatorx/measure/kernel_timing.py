@@ -70,9 +70,13 @@ def _recover_from_failed_capture() -> None:
         torch.cuda.synchronize()
     except Exception:  # noqa: BLE001 - the failed capture's own error is the one reported
         pass
+    import warnings
+
     try:
-        with torch.cuda.graph(torch.cuda.CUDAGraph()):
-            pass
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")          # "The CUDA Graph is empty": that is the point
+            with torch.cuda.graph(torch.cuda.CUDAGraph()):
+                pass
         torch.cuda.synchronize()
     except Exception:  # noqa: BLE001
         pass
