@@ -18,15 +18,17 @@ log=$OUT/log.txt
     echo "== operatorx run -t $tl ${RUN_ARGS:-}"
     python3 -m operatorx run -t "$tl" ${RUN_ARGS:-} --db "$OUT/lists.db" --results-dir "$OUT/lists" 2>&1 | tail -3
   done
+  if [[ "${SKIP_BENCH:-0}" != 1 ]]; then
   echo "== ours"; python3 bench/timing_accuracy.py ours "$OUT" 2>&1 | grep -v Warning
   echo "== cupti reference"; python3 bench/timing_accuracy.py cupti "$OUT" 2>&1 | grep -v Warning | tail -3
-  if [[ "${SKIP_NCU:-0}" != 1 ]]; then
+  fi
+  if [[ "${SKIP_NCU:-0}" != 1 && "${SKIP_BENCH:-0}" != 1 ]]; then
     echo "== ncu"
     ncu --clock-control none --cache-control all --nvtx --nvtx-include "regex:ox.acc/" \
         --metrics gpu__time_duration.sum --csv --page raw --log-file "$OUT/ncu.csv" \
         python3 bench/timing_accuracy.py ncu-child >/dev/null 2>"$OUT/ncu.err"; echo "ncu rc $?"; tail -3 "$OUT/ncu.err"
   fi
-  echo "== table"; python3 bench/timing_accuracy.py table "$OUT" "$OUT/ncu.csv"
+  [[ "${SKIP_BENCH:-0}" != 1 ]] && { echo "== table"; python3 bench/timing_accuracy.py table "$OUT" "$OUT/ncu.csv"; }
   if [[ -n "${RATE_LIST:-}" ]]; then
     echo "== cases/s over $RATE_LIST (limit ${RATE_LIMIT:-300})"
     /usr/bin/time -f "wall %e s" python3 -m operatorx run -t "$RATE_LIST" --limit "${RATE_LIMIT:-300}" \
@@ -34,7 +36,7 @@ log=$OUT/log.txt
   fi
 } 2>&1 | tee -a "$log"
 if [[ -n "${RATE_LIST:-}${RUN_LISTS:-}" ]]; then
-  python3 - "$OUT"/res/*.json "$OUT"/lists/*.json <<'PY' 2>&1 | tee -a "$OUT/log.txt"
+  python3 - $(ls "$OUT"/res/*.json "$OUT"/lists/*.json 2>/dev/null) <<'PY' 2>&1 | tee -a "$OUT/log.txt"
 import json, statistics as st, sys
 from collections import Counter
 for path in sys.argv[1:]:
@@ -45,6 +47,9 @@ for path in sys.argv[1:]:
     for phase in ("prepare_check", "timing", "profile", "total"):
         xs = [r["metrics"]["case_seconds"].get(phase, 0.0) for r in ok]
         print(f"  ok rows {phase:14} median {st.median(xs)*1e3:7.1f} ms  sum {sum(xs):6.1f} s")
+    every = sum(r["metrics"]["case_seconds"]["total"] for r in rows)
+    print(f"  sustained: {len(rows)} rows / {every:.1f} s of cases = {len(rows) / every:.1f} cases/s "
+          f"(ok rows only: {len(ok) / sum(r['metrics']['case_seconds']['total'] for r in ok):.1f}/s)")
     xs = [r["metrics"]["case_seconds"]["total"] for r in rows if r["status"] != "ok"]
     print(f"  not-ok rows total sum {sum(xs):.1f} s; capped rows: {sum(1 for r in ok if r['metrics'].get('capped'))}")
     print("  l2_check:", json.dumps((doc["run"].get("l2_check") or {}).get("probe_us")))

@@ -90,20 +90,28 @@ class Telemetry:
         mhz = self._read("nvmlDeviceGetMaxClockInfo", self._nvml.NVML_CLOCK_SM)
         return mhz * 1e6 if mhz else None
 
+    def _constant(self, name: str, fn: str, *args: Any) -> Optional[Any]:
+        """Values that do not change while we run (max clock, power limit): one NVML call each, ever.
+        NVML calls cost about 1 ms each on the H200 machines, and a reading every 5 ms must stay cheap."""
+        cache = self.__dict__.setdefault("_constants", {})
+        if name not in cache:
+            cache[name] = self._read(fn, *args)
+        return cache[name]
+
     def sample(self) -> dict[str, Any]:
         """One reading; `reasons` lists the active clock-event reasons by name."""
         if not self.available:
             return {}
         nv = self._nvml
         power_mw = self._read("nvmlDeviceGetPowerUsage")
-        limit_mw = self._read("nvmlDeviceGetEnforcedPowerLimit")
+        limit_mw = self._constant("power_limit", "nvmlDeviceGetEnforcedPowerLimit")
         bits = self._read("nvmlDeviceGetCurrentClocksEventReasons")
         if bits is None:
             bits = self._read("nvmlDeviceGetCurrentClocksThrottleReasons")
         return {
             "sm_clock_mhz": self._read("nvmlDeviceGetClockInfo", nv.NVML_CLOCK_SM),
             "mem_clock_mhz": self._read("nvmlDeviceGetClockInfo", nv.NVML_CLOCK_MEM),
-            "max_sm_clock_mhz": self._read("nvmlDeviceGetMaxClockInfo", nv.NVML_CLOCK_SM),
+            "max_sm_clock_mhz": self._constant("max_sm_clock", "nvmlDeviceGetMaxClockInfo", nv.NVML_CLOCK_SM),
             "power_w": power_mw / 1e3 if power_mw is not None else None,
             "power_limit_w": limit_mw / 1e3 if limit_mw is not None else None,
             "temperature_c": self._read("nvmlDeviceGetTemperature", nv.NVML_TEMPERATURE_GPU),
@@ -147,8 +155,9 @@ def summarize_readings(readings: list[dict[str, Any]], energy_mj: Optional[float
 class TelemetrySampler:
     """Reads the GPU every `period_s` on a thread for the length of a `with` block.
 
-    The thread is joined when the block ends, also when it raises: it never outlives its case.
-    One reading is taken at entry and one at exit, so even a sub-period window has two.
+    The thread takes its first reading (and the energy counter) as soon as it starts, and its
+    last energy reading when told to stop; `__exit__` joins it, also when the block raises: it
+    never outlives its case. The main thread makes no NVML call itself (each costs ~1 ms).
     """
 
     def __init__(self, telemetry: Telemetry, period_s: float = 0.005, capped_clock_fraction: float = 0.985):
@@ -162,13 +171,15 @@ class TelemetrySampler:
         self._energy1: Optional[int] = None
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.period_s):
+        self._energy0 = self.telemetry.energy_mj()
+        while True:
             self.readings.append({**self.telemetry.sample(), "t_s": time.perf_counter()})
+            if self._stop.wait(self.period_s):
+                break
+        self._energy1 = self.telemetry.energy_mj()
 
     def __enter__(self) -> TelemetrySampler:
         if self.telemetry.available:
-            self._energy0 = self.telemetry.energy_mj()
-            self.readings.append({**self.telemetry.sample(), "t_s": time.perf_counter()})
             self._thread = threading.Thread(target=self._loop, name="operatorx-telemetry", daemon=True)
             self._thread.start()
         return self
@@ -178,8 +189,6 @@ class TelemetrySampler:
             self._stop.set()
             self._thread.join()
             self._thread = None
-            self.readings.append({**self.telemetry.sample(), "t_s": time.perf_counter()})
-            self._energy1 = self.telemetry.energy_mj()
 
     @property
     def alive(self) -> bool:

@@ -193,7 +193,10 @@ class CaseRunner:
 
             batch = trace_batch(prepared.fn, 8, self.timer.flusher.flush, 0)
         if batch is not None and self.config.profile_kernels:
-            out["profile"] = kernel_breakdown(batch)
+            from operatorx.measure.trace import trace_batch
+
+            small = trace_batch(prepared.fn, 2, self.timer.flusher.flush, 0)   # for grid/block/registers only
+            out["profile"] = kernel_breakdown(batch, shapes_from=small)
         if batch is not None and self.config.trace_dir is not None:
             path = export_trace(batch, self.config.trace_dir / f"{self.run_id or 'run'}-case{index:05d}.json")
             out["trace_path"] = str(path)
