@@ -67,3 +67,22 @@ def test_unknown_backend_is_refused_before_anything_runs(tmp_path, write_testlis
                             "--db", str(db)])
     assert r.exit_code == 2 and "no such backend" in r.output and "torch" in r.output
     assert not db.exists()
+
+
+def test_bad_timing_options_exit_2_naming_the_option_and_store_nothing(tmp_path, write_testlist):
+    path = write_testlist([gemm()])
+    db = tmp_path / "x.db"
+    for option, value, named in (("--l2", "lukewarm", "l2_state"), ("--timing", "nvbench", "timing.mode"),
+                                 ("--noise", "-1", "noise_target")):
+        r = runner.invoke(app, ["run", "-t", str(path), "--device", "cpu", "--db", str(db), option, value])
+        assert r.exit_code == 2 and named in r.output, (option, r.output)
+    assert not db.exists()
+
+
+def test_counters_without_ncu_says_so_and_stores_nothing(tmp_path, write_testlist, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))                      # no ncu anywhere
+    path = write_testlist([gemm()])
+    db = tmp_path / "x.db"
+    r = runner.invoke(app, ["run", "-t", str(path), "--device", "cpu", "--db", str(db), "--counters"])
+    assert r.exit_code == 2 and "ncu" in r.output
+    assert not db.exists()

@@ -63,3 +63,49 @@ def test_without_nvml_nothing_is_sampled_and_nothing_is_capped():
     with TelemetrySampler(Telemetry(None)) as sampler:
         pass
     assert sampler.summary() == {"available": False, "capped": False}
+
+
+class FakeAmdSmi:
+    """The slice of amdsmi the AMD reader uses, with a recent release's units (W, °C, µJ)."""
+
+    class AmdSmiClkType:
+        GFX, MEM = "gfx", "mem"
+
+    class AmdSmiTemperatureType:
+        HOTSPOT = "hotspot"
+
+    class AmdSmiTemperatureMetric:
+        CURRENT = "current"
+
+    def __init__(self, throttle=0, gfx_clk=2100):
+        self.throttle, self.gfx_clk, self.energy = throttle, gfx_clk, 0
+
+    def amdsmi_init(self): ...
+    def amdsmi_get_processor_handles(self): return ["gpu0", "gpu1"]
+    def amdsmi_get_gpu_device_bdf(self, h): return {"gpu0": "0000:05:00.0", "gpu1": "0000:c1:00.0"}[h]
+    def amdsmi_get_clock_info(self, h, kind):
+        return {"clk": self.gfx_clk, "max_clk": 2100} if kind == "gfx" else {"clk": 1300, "max_clk": 1300}
+    def amdsmi_get_power_info(self, h): return {"current_socket_power": 650, "power_limit": 750_000_000}
+    def amdsmi_get_temp_metric(self, h, sensor, metric): return 71
+    def amdsmi_get_gpu_metrics_info(self, h): return {"throttle_status": self.throttle}
+    def amdsmi_get_energy_count(self, h):
+        self.energy += 1000
+        return {"energy_accumulator": self.energy, "counter_resolution": 15.3}
+
+
+def test_amd_reader_speaks_the_same_interface_and_finds_the_gpu_by_bus_id():
+    from operatorx.measure.telemetry_amd import AmdTelemetry
+
+    smi = FakeAmdSmi(throttle=1, gfx_clk=1700)
+    amd = AmdTelemetry(0, pci_bus_id="0000:C1:00.0", module=smi)
+    assert amd.available and amd._handle == "gpu1" and amd.max_sm_clock_hz() == 2.1e9
+    s = amd.sample()
+    assert s["power_w"] == 650 and s["power_limit_w"] == 750 and s["temperature_c"] == 71
+    assert s["reasons"] == ["amd_throttle"] and s["sm_clock_mhz"] == 1700
+    with TelemetrySampler(amd, period_s=0.002) as sampler:        # type: ignore[arg-type]
+        time.sleep(0.01)
+    summary = sampler.summary()
+    assert summary["capped"] and summary["capping_reasons"] == ["amd_throttle"]
+    assert summary["energy_mj"] == pytest.approx(1000 * 15.3 / 1000)
+    calm = AmdTelemetry(0, module=FakeAmdSmi())
+    assert calm.sample()["reasons"] == [] and AmdTelemetry(0, module=object()).available is False

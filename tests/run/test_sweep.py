@@ -153,3 +153,24 @@ def test_a_failing_release_is_that_case_error_and_the_run_goes_on(tmp_path, writ
     assert outcome.rows[1].metrics["latency_us"] > 0          # the timing is kept beside the error
     assert outcome.rows[0].metrics["backend_meta"]["dtype"] == "torch.bfloat16"
     assert Store(str(tmp_path / "ox.db")).row_count(outcome.run_id) == 3
+
+
+@pytest.mark.gpu
+def test_cuda_run_declares_how_each_number_was_taken(tmp_path, write_testlist):
+    """The default CUDA path end to end: kernel spans, verified L2 state, telemetry, profile, trace."""
+    path = write_testlist([gemm(m=16, n=2048, k=2048)])
+    timing = TimingSettings(warmup_calls=2, warmup_floor_s=0, first_warmup_floor_s=0, max_time_s=0.3)
+    config = RunConfig(testlist=str(path), device="cuda", db=str(tmp_path / "ox.db"), results_dir=tmp_path / "res",
+                       timing=timing, trace_dir=tmp_path / "traces")
+    outcome = run_testlist(config)
+    row = outcome.rows[0]
+    m = row.metrics
+    assert row.status == "ok", row.message
+    assert m["method"] == "cupti_kernels" and m["l2_state"] == "cold_clean" and m["l2_verified"] is True
+    assert m["summary_us"]["n"] >= 10 and m["noise"] is not None and m["stop_reason"] in ("noise_target", "time_cap")
+    assert m["telemetry"]["available"] and m["telemetry"]["readings"] >= 1 and m["telemetry"]["attempts"]
+    kernels = m["profile"]["kernels"]
+    assert kernels and all("grid" in k and "registers_per_thread" in k for k in kernels)
+    trace = json.loads((tmp_path / "traces" / f"{outcome.run_id}-case00000.json").read_text())
+    assert any(e.get("name") == "ox.call" for e in trace["traceEvents"])
+    assert m["case_seconds"]["timing"] > 0

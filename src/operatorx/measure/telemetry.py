@@ -29,9 +29,10 @@ THROTTLE_REASONS = {
     "hw_power_brake_slowdown": 0x80,
     "display_clock_setting": 0x100,
 }
-#: Reasons that mean the clocks were held below what the kernel would otherwise get.
+#: Reasons that mean the clocks were held below what the kernel would otherwise get
+#: (`amd_throttle`: amdsmi's throttle status, telemetry_amd.py).
 CAPPING_REASONS = ("sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown",
-                   "hw_power_brake_slowdown")
+                   "hw_power_brake_slowdown", "amd_throttle")
 
 
 class Telemetry:
@@ -58,15 +59,21 @@ class Telemetry:
             self._nvml = None
 
     @classmethod
-    def for_torch_device(cls, index: int = 0) -> Telemetry:
-        """The NVML reader of torch's CUDA device `index`, matched by PCI bus id."""
+    def for_torch_device(cls, index: int = 0) -> Any:
+        """The reader of torch's GPU `index`, matched by PCI bus id: NVML on CUDA, amdsmi on ROCm."""
+        hip = False
         try:
             import torch
 
+            hip = bool(torch.version.hip)
             p = torch.cuda.get_device_properties(index)
             bus = f"{p.pci_domain_id:08x}:{p.pci_bus_id:02x}:{p.pci_device_id:02x}.0"
         except Exception:  # noqa: BLE001 - no bus id: fall back to the index, and say nothing worse
             bus = None
+        if hip:
+            from operatorx.measure.telemetry_amd import AmdTelemetry
+
+            return AmdTelemetry(index, pci_bus_id=bus)
         reader = cls(index, pci_bus_id=bus)
         return reader if reader.available or bus is None else cls(index)
 
