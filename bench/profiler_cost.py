@@ -26,30 +26,40 @@ def op():
     return x @ w.t()
 
 
-def a_once():
+def ranged_batch():
+    """A spin, then N x [flush, call] under the harness's ranges (as measure/trace.py enqueues them)."""
+    torch.cuda._sleep(20_000_000)
+    for _ in range(N):
+        with record_function("ox.flush"):
+            flusher.flush()
+        with record_function("ox.call"):
+            op()
+
+
+def session(activities, body):
+    """Seconds of each phase of one profiler session around `body`, and its events."""
     t0 = time.perf_counter()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p:
+    with profile(activities=activities) as p:
         t1 = time.perf_counter()
-        torch.cuda._sleep(20_000_000)
-        for _ in range(N):
-            with record_function("ox.flush"):
-                flusher.flush()
-            with record_function("ox.call"):
-                op()
+        body()
         t2 = time.perf_counter()
         torch.cuda.synchronize()
         t3 = time.perf_counter()
     t4 = time.perf_counter()
     ev = p.profiler.kineto_results.events()
     t5 = time.perf_counter()
-    return {"enter": t1 - t0, "enqueue": t2 - t1, "sync": t3 - t2, "exit": t4 - t3, "events": t5 - t4, "n_ev": len(ev)}
+    return {"enter": t1 - t0, "enqueue": t2 - t1, "sync": t3 - t2, "exit": t4 - t3, "events": t5 - t4,
+            "n_ev": len(ev)}, ev
+
+
+def a_once():
+    return session([ProfilerActivity.CPU, ProfilerActivity.CUDA], ranged_batch)[0]
 
 
 def b_once():
     bounds = []
-    t0 = time.perf_counter()
-    with profile(activities=[ProfilerActivity.CUDA]) as p:
-        t1 = time.perf_counter()
+
+    def stamped_batch():
         torch.cuda._sleep(20_000_000)
         for _ in range(N):
             bounds.append(("flush", time.time_ns()))
@@ -57,12 +67,8 @@ def b_once():
             bounds.append(("call", time.time_ns()))
             op()
         bounds.append(("end", time.time_ns()))
-        t2 = time.perf_counter()
-        torch.cuda.synchronize()
-        t3 = time.perf_counter()
-    t4 = time.perf_counter()
-    ev = p.profiler.kineto_results.events()
-    t5 = time.perf_counter()
+
+    phases, ev = session([ProfilerActivity.CUDA], stamped_batch)
     launches = sorted(e.start_ns() for e in ev if e.device_type() == torch.autograd.DeviceType.CPU
                       and e.name().startswith("cu") and "Synchronize" not in e.name())
     # each iteration: 2 flush launches then the op's launches; count launches per host interval
@@ -78,8 +84,7 @@ def b_once():
             per[k] += 1
     for (kind, _), c in zip(bounds[:-1], per[:-1], strict=True):
         counts[kind].append(c)
-    return {"enter": t1 - t0, "enqueue": t2 - t1, "sync": t3 - t2, "exit": t4 - t3, "events": t5 - t4,
-            "n_ev": len(ev), "flush_launch_counts": sorted(set(counts["flush"])),
+    return {**phases, "flush_launch_counts": sorted(set(counts["flush"])),
             "call_launch_counts": sorted(set(counts["call"])), "outside": outside,
             "first_launch_minus_first_bound_us": (launches[1] - times[0]) / 1e3 if launches else None}
 
@@ -96,12 +101,7 @@ def c_run(steps=6):
                  schedule=schedule(wait=0, warmup=0, active=1, repeat=0), on_trace_ready=ready) as p:
         for _ in range(steps):
             t0 = time.perf_counter()
-            torch.cuda._sleep(20_000_000)
-            for _ in range(N):
-                with record_function("ox.flush"):
-                    flusher.flush()
-                with record_function("ox.call"):
-                    op()
+            ranged_batch()
             torch.cuda.synchronize()
             p.step()
             stamps.append(("step", time.perf_counter() - t0))
