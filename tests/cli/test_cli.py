@@ -86,3 +86,25 @@ def test_counters_without_ncu_says_so_and_stores_nothing(tmp_path, write_testlis
     r = runner.invoke(app, ["run", "-t", str(path), "--device", "cpu", "--db", str(db), "--counters"])
     assert r.exit_code == 2 and "ncu" in r.output
     assert not db.exists()
+
+
+def test_nan_timing_options_are_refused(tmp_path, write_testlist):
+    path = write_testlist([gemm()])
+    db = tmp_path / "x.db"
+    for option, named in (("--noise", "noise_target"), ("--max-time", "max_time_s")):
+        r = runner.invoke(app, ["run", "-t", str(path), "--device", "cpu", "--db", str(db), option, "nan"])
+        assert r.exit_code == 2 and named in r.output, (option, r.output)
+    assert not db.exists()
+
+
+def test_trace_where_no_trace_can_be_written_exits_2_before_the_run(tmp_path, write_testlist):
+    path = write_testlist([gemm()])
+    db = tmp_path / "x.db"
+    a_file = tmp_path / "not_a_dir"
+    a_file.write_text("x")
+    for extra, said in ((["--device", "cuda", "--trace", str(a_file)], "not a directory"),
+                        (["--device", "cpu", "--trace", str(tmp_path / "t")], "needs a CUDA device"),
+                        (["--device", "cuda", "--counters", "--trace", str(tmp_path / "t")], "--counters")):
+        r = runner.invoke(app, ["run", "-t", str(path), "--db", str(db), *extra])
+        assert r.exit_code == 2 and said in r.output, (extra, r.output)
+    assert not db.exists()

@@ -70,3 +70,34 @@ def test_host_clock_measures_a_known_sleep():
 def test_retry_pauses_grow():
     s = TimingSettings()
     assert [s.pause_s(k) for k in range(4)] == [0.0, 0.002, 0.004, 0.008]
+
+
+def test_median_noise_is_unknown_below_the_sample_count_any_95pct_interval_needs():
+    """With n <= 5 even [min, max] holds the median with less than 95% (1 - 2/2^n): a tight pair of
+    samples must not read as a known median, or `--min-samples 2` would stop on luck."""
+    from scipy.stats import binom
+
+    for n in range(2, 6):
+        assert median_noise([100.0 + 0.01 * i for i in range(n)]) == float("inf"), n
+    assert median_noise([100.0 + 0.01 * i for i in range(6)]) == pytest.approx(0.05 / 2 / 100.025)
+    for n in range(6, 300):                                  # x = 1..n: the noise names the interval's ranks
+        x = np.arange(1.0, n + 1)
+        j = round((n - 1 - 2 * median_noise(x) * np.median(x)) / 2)      # interval x[j]..x[n-1-j], 0-based
+        assert 1 - 2 * binom.cdf(j, n, 0.5) >= 0.95 > 1 - 2 * binom.cdf(j + 1, n, 0.5), n    # holds 95%, tightest
+    s = TimingSettings(min_samples=2, max_samples=100, max_time_s=10)
+    assert stop_reason([100.0, 100.01], 0.1, s) is None
+    assert median_noise([float("nan")] * 10) == float("inf")
+
+
+def test_a_time_cap_longer_than_the_timeout_is_still_a_time_cap_once_min_samples_are_in():
+    s = TimingSettings(min_samples=10, max_samples=100, max_time_s=float("inf"), timeout_s=30)
+    noisy = [10.0, 12.0] * 6
+    assert stop_reason(noisy, 29, s) is None
+    assert stop_reason(noisy, 31, s) == "time_cap"               # not "timed out after 12 samples"
+    assert stop_reason(noisy[:3], 31, s) == "timeout"
+
+
+@pytest.mark.parametrize("name", ["noise_target", "max_time_s", "timeout_s", "throttle_pause_s"])
+def test_settings_refuse_nan(name):
+    with pytest.raises(ValueError, match=f"timing.{name}.*nan"):
+        TimingSettings(**{name: float("nan")})

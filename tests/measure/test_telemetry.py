@@ -109,3 +109,66 @@ def test_amd_reader_speaks_the_same_interface_and_finds_the_gpu_by_bus_id():
     assert summary["energy_mj"] == pytest.approx(1000 * 15.3 / 1000)
     calm = AmdTelemetry(0, module=FakeAmdSmi())
     assert calm.sample()["reasons"] == [] and AmdTelemetry(0, module=object()).available is False
+
+
+def test_summary_ignores_readings_that_are_not_numbers():
+    """None, NaN and amdsmi's "N/A" are what a device does not report: never a value, never a crash."""
+    readings = [_reading(1800, "sw_power_cap"), {**_reading(1900), "power_w": None, "temperature_c": float("nan")},
+                {"sm_clock_mhz": "N/A", "max_sm_clock_mhz": "N/A", "mem_clock_mhz": "N/A", "power_w": "N/A",
+                 "temperature_c": None, "reasons": None}]
+    s = summarize_readings(readings, None, 0.985)
+    assert s["readings"] == 3 and s["sm_clock_mhz"] == {"min": 1800.0, "p50": 1850.0, "max": 1900.0}
+    assert s["power_w"]["max"] == 600.0 and s["temperature_c"] == {"min": 60.0, "p50": 60.0, "max": 60.0}
+    assert s["capped"] and s["capped_readings"] == 1 and s["max_sm_clock_mhz"] == 2000
+
+
+class _FailingTelemetry(FakeTelemetry):
+    """Every other read raises, as a driver call can; the energy counter is not there at all."""
+
+    def __init__(self):
+        super().__init__(clock_mhz=1900, reasons=("sw_power_cap",))
+        self.calls = 0
+
+    def sample(self):
+        self.calls += 1
+        if self.calls % 2:
+            raise RuntimeError("NVML_ERROR_UNKNOWN")
+        return super().sample()
+
+    def energy_mj(self):
+        raise RuntimeError("no energy counter")
+
+
+def test_a_read_that_raises_does_not_end_the_sampling():
+    with TelemetrySampler(_FailingTelemetry(), period_s=0.001) as sampler:     # type: ignore[arg-type]
+        time.sleep(0.03)
+    s = sampler.summary()
+    assert s["failed_readings"] >= 2 and s["readings"] > s["failed_readings"]
+    assert s["capped"] and s["energy_mj"] is None
+
+
+def test_amd_reader_reads_na_as_nothing():
+    from operatorx.measure.telemetry_amd import AmdTelemetry
+
+    class NaSmi(FakeAmdSmi):
+        def amdsmi_get_clock_info(self, h, kind): return {"clk": "N/A", "max_clk": "N/A"}
+        def amdsmi_get_energy_count(self, h): return {"energy_accumulator": "N/A", "counter_resolution": "N/A"}
+        def amdsmi_get_power_info(self, h): return "N/A"
+
+    amd = AmdTelemetry(0, module=NaSmi(throttle=1))
+    s = amd.sample()
+    assert s["sm_clock_mhz"] is None and s["max_sm_clock_mhz"] is None and s["power_w"] is None
+    assert amd.max_sm_clock_hz() is None and amd.energy_mj() is None
+    with TelemetrySampler(amd, period_s=0.002) as sampler:          # type: ignore[arg-type]
+        time.sleep(0.01)
+    summary = sampler.summary()
+    assert not summary["capped"] and "sm_clock_mhz" not in summary and "failed_readings" not in summary
+
+
+def test_amd_reader_matches_torchs_8_digit_bus_id_to_amdsmis_4_digit_one():
+    """`Telemetry.for_torch_device` writes the domain with 8 digits, amdsmi with 4: the same GPU."""
+    from operatorx.measure.telemetry_amd import AmdTelemetry
+
+    assert AmdTelemetry(0, pci_bus_id="00000000:c1:00.0", module=FakeAmdSmi())._handle == "gpu1"
+    assert AmdTelemetry(1, pci_bus_id="00000000:05:00.0", module=FakeAmdSmi())._handle == "gpu0"
+    assert AmdTelemetry(1, pci_bus_id="00000000:99:00.0", module=FakeAmdSmi())._handle == "gpu1"   # none: index

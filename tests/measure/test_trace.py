@@ -104,3 +104,14 @@ def test_breakdown_counts_per_call():
     by_name = {k["name"]: k for k in table["kernels"]}
     assert by_name["nvjet_splitK"]["count_per_call"] == 1 and by_name["nvjet_splitK"]["device_us_per_call"] == 10.0
     assert "_discard" not in by_name and "spin_kernel" not in by_name
+
+
+def test_breakdown_of_an_op_that_starves_every_call_is_of_those_calls_and_says_so():
+    """The timer keeps such calls (host gaps included); the breakdown must describe them, not vanish."""
+    calls, harness, unattributed = attribute(_events(inner_gap_ns=STARVED_GAP_NS + 500), CPU, CUDA)
+    table = kernel_breakdown(TraceBatch(calls, harness, unattributed, 1e-4), launch_shapes=False)
+    assert table is not None and table["calls"] == 2 and table["host_gaps_included"] is True
+    assert {k["name"] for k in table["kernels"]} == {"vectorized_elementwise_kernel<fill>", "nvjet_splitK",
+                                                      "splitKreduce"}
+    clean = kernel_breakdown(TraceBatch(*attribute(_events(), CPU, CUDA), 1e-4), launch_shapes=False)
+    assert clean is not None and "host_gaps_included" not in clean

@@ -35,6 +35,10 @@ def test_cpu_run_stores_every_case(tmp_path, write_testlist):
     assert "fp8 on CPU" in outcome.rows[1].message
     doc = json.loads(outcome.document_path.read_text())
     assert doc["run"]["state"] == "finished" and len(doc["rows"]) == 3
+    # 3-5 samples: no 95% interval of the median exists, so its noise is unknown (None), and the
+    # row is strict JSON (no Infinity/NaN constants, which a JSON column of another database refuses)
+    assert ok["noise"] is None and ok["summary_us"]["median_noise"] is None
+    json.dumps([r.metrics for r in outcome.rows], allow_nan=False)
     assert Store(str(tmp_path / "ox.db")).row_count(outcome.run_id) == 3
 
 
@@ -174,3 +178,26 @@ def test_cuda_run_declares_how_each_number_was_taken(tmp_path, write_testlist):
     trace = json.loads((tmp_path / "traces" / f"{outcome.run_id}-case00000.json").read_text())
     assert any(e.get("name") == "ox.call" for e in trace["traceEvents"])
     assert m["case_seconds"]["timing"] > 0
+
+
+class _TupleKeyMeta:
+    """User code's metadata with a tuple key: JSON cannot encode it as a key."""
+
+    name, op_type = "tuple_key_meta_for_test", "gemm"
+
+    def supports(self, case, device):
+        return None
+
+    def prepare(self, case, device):
+        return Prepared(fn=lambda: None, check=lambda: Check(0.0, 0.01, 1, "planted"),
+                        metadata={"tiles": {(128, 128): "ok"}})
+
+
+register_backend("tuple_key_meta_for_test", "gemm", _TupleKeyMeta)
+
+
+def test_metadata_with_a_key_json_cannot_encode_is_stored_not_raised(tmp_path, write_testlist):
+    outcome = run_testlist(_config(tmp_path, write_testlist([gemm(), gemm(m=8)]), backend="tuple_key_meta_for_test"))
+    assert [r.status for r in outcome.rows] == ["ok", "ok"]
+    assert outcome.rows[0].metrics["backend_meta"]["tiles"] == {"(128, 128)": "ok"}
+    assert Store(str(tmp_path / "ox.db")).row_count(outcome.run_id) == 2

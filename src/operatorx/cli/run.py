@@ -54,6 +54,19 @@ def _run_counters(db: str, results_dir: Path) -> None:
         raise typer.Exit(code)
 
 
+def _check_trace_dir(trace_dir: Path, device: Optional[str], counters: bool) -> None:
+    """`--trace` where it cannot write a trace fails before the run, not as an error row per case
+    (the trace is written after each case's timing) or as no trace at all."""
+    if counters:
+        raise ValueError("--trace cannot be combined with --counters: ncu holds CUPTI in that run, "
+                         "so no trace is taken")
+    if device == "cpu":
+        raise ValueError("--trace needs a CUDA device (the CPU device is timed by the host clock, "
+                         "with no device trace)")
+    if trace_dir.exists() and not trace_dir.is_dir():
+        raise ValueError(f"--trace {trace_dir}: exists and is not a directory")
+
+
 def run_command(
     testlist: str = typer.Option(..., "--testlist", "-t", help="Shipped testlist name or path."),
     backend: str = typer.Option("torch", "--backend", "-b"),
@@ -93,6 +106,8 @@ def run_command(
         host_timing = HostTimeSettings(batches=host_batches, batch_calls=host_batch_calls, order=host_order)  # type: ignore[arg-type]
         if is_user_spec(backend):
             load_user_function(backend)          # a bad py:/mod: spec fails here, before the run starts
+        if trace_dir is not None and not counters_child:
+            _check_trace_dir(trace_dir, device, counters)
         if counters_child:
             # ncu holds CUPTI in the child: kernel-level timing, the kernel breakdown and the L2 probe
             # need it too, so the child times with events (its rows are marked perturbed anyway)

@@ -59,10 +59,13 @@ def kernel_breakdown(batch: TraceBatch, launch_shapes: bool = True,
                      shapes_from: Optional[TraceBatch] = None) -> Optional[dict[str, Any]]:
     """Per-call kernel table of the batch's unstarved calls; None when no call has device work.
 
+    When every call was starved (an op that waits on the host inside each call, which the timer
+    then times with its gaps), the table is of those calls, as the timing was, and says so.
     The launch shapes come from `shapes_from` when given: a 2-call batch exports and parses in a
     few ms, a timed batch of hundreds of calls in tens of ms (seen on the H200).
     """
-    calls = [c for c in batch.calls if c.activities and not c.starved]
+    with_work = [c for c in batch.calls if c.activities]
+    calls = [c for c in with_work if not c.starved] or with_work
     if not calls:
         return None
     per_name: dict[str, dict[str, Any]] = {}
@@ -78,8 +81,11 @@ def kernel_breakdown(batch: TraceBatch, launch_shapes: bool = True,
         kernels.append({"name": k["name"], "count_per_call": k["launches"] / n,
                         "device_us_per_call": float(np.sum(k["durations_us"])) / n,
                         "device_us_median": float(np.median(k["durations_us"])), **shapes.get(k["name"], {})})
-    return {"calls": n, "span_us_median": float(np.median([c.span_ns for c in calls])) / 1e3,
-            "busy_us_median": float(np.median([c.busy_ns for c in calls])) / 1e3, "kernels": kernels}
+    table = {"calls": n, "span_us_median": float(np.median([c.span_ns for c in calls])) / 1e3,
+             "busy_us_median": float(np.median([c.busy_ns for c in calls])) / 1e3, "kernels": kernels}
+    if calls[0].starved:
+        table["host_gaps_included"] = True
+    return table
 
 
 def profile_kernels(fn: Callable[[], Any], calls: int = 3) -> list[dict[str, Any]]:

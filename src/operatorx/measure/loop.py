@@ -36,8 +36,9 @@ def stop_reason(samples_us: Sequence[float], wall_s: float, settings: TimingSett
     """None to keep going; else why to stop.
 
     - `noise_target`: at least `min_samples`, and the median is known to `noise_target`;
-    - `time_cap`: at least `min_samples`, but `max_time_s` of sampling did not get there
-      (the row keeps the noise it reached, so a reader sees how sure the number is);
+    - `time_cap`: at least `min_samples`, but `max_time_s` (or the hard `timeout_s`, when it is
+      the shorter) of sampling did not get there (the row keeps the noise it reached, so a
+      reader sees how sure the number is);
     - `max_samples`;
     - `timeout`: `timeout_s` passed before `min_samples` (a prefill GEMM of seconds per call).
     """
@@ -47,7 +48,7 @@ def stop_reason(samples_us: Sequence[float], wall_s: float, settings: TimingSett
     if n >= settings.min_samples:
         if median_noise(samples_us) <= settings.noise_target:
             return "noise_target"
-        if wall_s >= settings.max_time_s:
+        if wall_s >= min(settings.max_time_s, settings.timeout_s):
             return "time_cap"
     if wall_s >= settings.timeout_s and n >= 1:
         return "timeout"

@@ -33,11 +33,22 @@ class Attempted:
 
 def measure_with_retries(timer: _Timer, fn: Callable[[], Any], telemetry: Telemetry,
                          settings: TimingSettings) -> Attempted:
+    """The first attempt's failure is the case's; a retry's failure ends the retries and is
+    recorded beside the attempts, which still choose the number (the kept one is still flagged
+    capped): a capped measurement said so is worth more than none."""
     tried: list[tuple[Measurement, dict[str, Any], float]] = []
+    failed: list[dict[str, Any]] = []
     for attempt in range(1 + settings.throttle_retries):
         pause_s = settings.pause_s(attempt)
-        with TelemetrySampler(telemetry, settings.telemetry_period_s, settings.capped_clock_fraction) as sampler:
-            m = timer.measure(fn, pause_s=pause_s)
+        try:
+            with TelemetrySampler(telemetry, settings.telemetry_period_s, settings.capped_clock_fraction) as sampler:
+                m = timer.measure(fn, pause_s=pause_s)
+        except Exception as err:
+            if not tried:
+                raise
+            failed.append({"pause_s": pause_s, "error": f"{type(err).__name__}: {str(err).strip()[:300]}",
+                           "kept": False})
+            break
         tried.append((m, sampler.summary(), pause_s))
         if not tried[-1][1]["capped"]:
             break
@@ -47,4 +58,4 @@ def measure_with_retries(timer: _Timer, fn: Callable[[], Any], telemetry: Teleme
               "capping_reasons": t.get("capping_reasons", []), "sm_clock_mhz": t.get("sm_clock_mhz"),
               "power_w": t.get("power_w"), "stop_reason": m.stop_reason, "samples": len(m.samples_us),
               "kept": i == kept} for i, (m, t, p) in enumerate(tried)]
-    return Attempted(tried[kept][0], tried[kept][1], brief)
+    return Attempted(tried[kept][0], tried[kept][1], brief + failed)

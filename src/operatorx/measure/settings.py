@@ -65,8 +65,9 @@ class TimingSettings:
             raise ValueError(f"timing.max_samples ({self.max_samples}) < min_samples ({self.min_samples})")
         for name in ("warmup_floor_s", "first_warmup_floor_s", "max_time_s", "timeout_s", "throttle_pause_s",
                      "noise_target", "telemetry_period_s", "throttle_retries"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"timing.{name} must be >= 0")
+            if not getattr(self, name) >= 0:        # NaN too: it compares false with everything, so a NaN
+                # noise target is never met and a NaN cap never ends sampling
+                raise ValueError(f"timing.{name} must be a number >= 0, got {getattr(self, name)}")
         if not 0 < self.capped_clock_fraction <= 1:
             raise ValueError("timing.capped_clock_fraction must be in (0, 1]")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import lru_cache
+from typing import Optional
 
 import numpy as np
 
@@ -22,12 +23,13 @@ _STATS = {
 
 
 @lru_cache(maxsize=4096)
-def _median_ci_ranks(n: int, confidence: float) -> tuple[int, int]:
+def _median_ci_ranks(n: int, confidence: float) -> Optional[tuple[int, int]]:
     """0-based order-statistic ranks (lo, hi) whose interval holds the median with >= `confidence`.
 
     Distribution-free: the number of samples below the true median is Binomial(n, 1/2), so
-    [x(j), x(n-1-j)] covers it unless at least n-j fall on one side. Too few samples for any
-    j give the whole range.
+    [x(j), x(n-1-j)] covers it unless at least n-j fall on one side. With too few samples even
+    the whole range covers it with less than `confidence` (n <= 5 at 95%: 1 - 2/2^n): then
+    None, and the noise is unknown rather than the range's, which would claim more than it knows.
     """
     from scipy.stats import binom
 
@@ -35,19 +37,24 @@ def _median_ci_ranks(n: int, confidence: float) -> tuple[int, int]:
     j = int(binom.ppf(tail, n, 0.5))
     while j >= 0 and binom.cdf(j, n, 0.5) > tail:
         j -= 1
-    j = max(j, 0)
+    if j < 0:
+        return None
     return j, n - 1 - j
 
 
 def median_noise(samples_us: Sequence[float], confidence: float = 0.95) -> float:
-    """Relative half-width of the median's distribution-free confidence interval (0.005 = ±0.5%)."""
+    """Relative half-width of the median's distribution-free confidence interval (0.005 = ±0.5%);
+    inf while there are too few samples for any such interval (n <= 5 at 95%)."""
     x = np.sort(np.asarray(samples_us, dtype=np.float64))
     if x.size < 2:
         return float("inf")
     median = float(np.median(x))
-    if median <= 0:
+    if not median > 0:                      # also NaN: unknown, never a noise the stop rule could accept
         return float("inf")
-    lo, hi = _median_ci_ranks(int(x.size), confidence)
+    ranks = _median_ci_ranks(int(x.size), confidence)
+    if ranks is None:
+        return float("inf")
+    lo, hi = ranks
     return float(x[hi] - x[lo]) / 2 / median
 
 

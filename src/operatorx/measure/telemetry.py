@@ -131,30 +131,44 @@ _SUMMARIZED = ("sm_clock_mhz", "mem_clock_mhz", "power_w", "temperature_c")
 _POWER_THERMAL = frozenset(CAPPING_REASONS)
 
 
+def _number(value: Any) -> Optional[float]:
+    """A reading as a finite float, else None: a reader may give None, a NaN, or a string such as
+    amdsmi's "N/A" for what the device does not report, and none of those is a value to summarize."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
+        return None
+    value = float(value)
+    return value if np.isfinite(value) else None
+
+
 def summarize_readings(readings: list[dict[str, Any]], energy_mj: Optional[float],
                        capped_clock_fraction: float) -> dict[str, Any]:
     """min/p50/max per quantity, reason counts, energy, and whether the readings show a cap."""
     out: dict[str, Any] = {"readings": len(readings)}
     for key in _SUMMARIZED:
-        values = [r[key] for r in readings if r.get(key) is not None]
+        values = [v for v in (_number(r.get(key)) for r in readings) if v is not None]
         if values:
             out[key] = {"min": float(np.min(values)), "p50": float(np.median(values)), "max": float(np.max(values))}
     counts: dict[str, int] = {}
     capped_readings = 0
     for r in readings:
-        for reason in r.get("reasons", []):
+        reasons = r.get("reasons") or []
+        for reason in reasons:
             counts[reason] = counts.get(reason, 0) + 1
-        limit = r.get("max_sm_clock_mhz")
-        clock = r.get("sm_clock_mhz")
-        if (_POWER_THERMAL & set(r.get("reasons", [])) and clock is not None and limit
+        limit = _number(r.get("max_sm_clock_mhz"))
+        clock = _number(r.get("sm_clock_mhz"))
+        if (_POWER_THERMAL & set(reasons) and clock is not None and limit
                 and clock < capped_clock_fraction * limit):
             capped_readings += 1
     out["reasons"] = counts
     out["capped_readings"] = capped_readings
     out["capped"] = capped_readings > 0
     out["capping_reasons"] = [r for r in CAPPING_REASONS if r in counts] if capped_readings else []
-    if readings and readings[0].get("max_sm_clock_mhz"):
-        out["max_sm_clock_mhz"] = readings[0]["max_sm_clock_mhz"]
+    failed = sum("error" in r for r in readings)
+    if failed:
+        out["failed_readings"] = failed
+    max_clock = next((m for m in (_number(r.get("max_sm_clock_mhz")) for r in readings) if m), None)
+    if max_clock:
+        out["max_sm_clock_mhz"] = max_clock
     out["energy_mj"] = energy_mj
     return out
 
@@ -174,16 +188,28 @@ class TelemetrySampler:
         self.readings: list[dict[str, Any]] = []
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
-        self._energy0: Optional[int] = None
-        self._energy1: Optional[int] = None
+        self._energy0: Optional[float] = None
+        self._energy1: Optional[float] = None
+
+    def _energy(self) -> Optional[float]:
+        try:
+            return _number(self.telemetry.energy_mj())
+        except Exception:  # noqa: BLE001 - no energy figure, nothing worse
+            return None
 
     def _loop(self) -> None:
-        self._energy0 = self.telemetry.energy_mj()
+        """A read that raises is recorded as a failed reading and sampling goes on: a thread that
+        died on its first read would leave an attempt with no readings, judged not capped."""
+        self._energy0 = self._energy()
         while True:
-            self.readings.append({**self.telemetry.sample(), "t_s": time.perf_counter()})
+            try:
+                reading = self.telemetry.sample()
+            except Exception as err:  # noqa: BLE001
+                reading = {"error": f"{type(err).__name__}: {str(err)[:200]}"}
+            self.readings.append({**reading, "t_s": time.perf_counter()})
             if self._stop.wait(self.period_s):
                 break
-        self._energy1 = self.telemetry.energy_mj()
+        self._energy1 = self._energy()
 
     def __enter__(self) -> TelemetrySampler:
         if self.telemetry.available:
@@ -205,4 +231,6 @@ class TelemetrySampler:
         if not self.telemetry.available:
             return {"available": False, "capped": False}
         energy = (self._energy1 - self._energy0) if self._energy0 is not None and self._energy1 is not None else None
+        if energy is not None and energy < 0:       # the counter wrapped or was reset: no figure, not a negative one
+            energy = None
         return {"available": True, **summarize_readings(self.readings, energy, self.capped_clock_fraction)}

@@ -54,10 +54,20 @@ def row_note(r: dict[str, Any]) -> str:
             notes.append(f"L2 state {m.get('l2_state')} not verified")
         if m.get("perturbed"):
             notes.append("perturbed (ncu)")
+        timing = m.get("timing") or {}
+        if timing.get("host_gaps_included"):
+            notes.append("host gaps included (op waits on host)")
+        if timing.get("unattributed_activities"):
+            notes.append(f"{timing['unattributed_activities']} device activities unattributed")
+        noise, target = m.get("noise"), timing.get("noise_target")
         if m.get("stop_reason") == "timeout":
             notes.append(f"timed out after {m.get('summary_us', {}).get('n', '?')} samples")
-        elif m.get("stop_reason") == "time_cap" and m.get("noise") is not None:
-            notes.append(f"median ±{100 * m['noise']:.1f}%")
+        elif m.get("stop_reason") == "time_cap" and noise is None:
+            notes.append(f"median noise unknown ({m.get('summary_us', {}).get('n', '?')} samples)")
+        elif noise is not None and (m.get("stop_reason") == "time_cap"
+                                    or (m.get("stop_reason") == "max_samples" and target is not None
+                                        and not noise <= target)):
+            notes.append(f"median ±{100 * noise:.1f}%")
     return "; ".join(notes)
 
 

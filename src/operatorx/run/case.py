@@ -55,10 +55,26 @@ def prepare_and_check(backend: Optional[Backend], backend_name: str, case: Case,
     return "ok", None, check
 
 
+def _str_keys(value: Any) -> Any:
+    """`value` with every dict key a string: json.dumps refuses a tuple key, and `default` is not
+    asked about keys (user code's metadata may hold one)."""
+    if isinstance(value, dict):
+        return {k if isinstance(k, str) else str(k): _str_keys(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_str_keys(v) for v in value]
+    return value
+
+
 def _json_safe(metrics: dict[str, Any]) -> dict[str, Any]:
-    """Metrics as plain JSON (a torch dtype in a backend's metadata becomes its name), so storing the
-    row can never fail on them."""
-    return json.loads(json.dumps(metrics, default=str))
+    """Metrics as plain JSON (a torch dtype in a backend's metadata becomes its name, a tuple key its
+    text, a NaN or infinity None: the noise of too few samples is unknown, and strict JSON stores
+    refuse those constants), so storing the row can never fail on them: this runs outside the
+    case's error handling."""
+    try:
+        text = json.dumps(metrics, default=str)
+    except (TypeError, ValueError):
+        text = json.dumps(_str_keys(metrics), default=str)
+    return json.loads(text, parse_constant=lambda _: None)
 
 
 class Timer(Protocol):

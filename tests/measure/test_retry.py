@@ -1,0 +1,78 @@
+"""Which attempt a capped case keeps, with a fake timer and a fake sampler (CPU)."""
+
+from __future__ import annotations
+
+import pytest
+
+import operatorx.measure.retry as retry
+from operatorx.measure import Measurement, NotMeasurable, TimingSettings, summarize
+
+SETTINGS = TimingSettings(throttle_retries=3)
+
+
+class _Timer:
+    """Attempt k reads `latencies[k]` µs and was capped when `capped[k]`; `None` as a latency makes
+    that attempt raise."""
+
+    def __init__(self, latencies, capped):
+        self.latencies, self.capped, self.pauses = list(latencies), list(capped), []
+
+    def measure(self, fn, pause_s=0.0):
+        self.pauses.append(pause_s)
+        latency = self.latencies[len(self.pauses) - 1]
+        if latency is None:
+            raise NotMeasurable("every call was starved (planted)")
+        samples = [latency] * 10
+        return Measurement("fake", "device", samples, summarize(samples), 0, 0.0, "noise_target")
+
+
+def _run(monkeypatch, latencies, capped):
+    timer = _Timer(latencies, capped)
+
+    class Sampler:
+        """What the real sampler would say of the attempt the timer is in."""
+
+        def __init__(self, *args):
+            self.k = len(timer.pauses)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return None
+
+        def summary(self):
+            c = timer.capped[self.k]
+            return {"available": True, "capped": c, "capping_reasons": ["sw_power_cap"] if c else []}
+
+    monkeypatch.setattr(retry, "TelemetrySampler", Sampler)
+    return retry.measure_with_retries(timer, lambda: None, None, SETTINGS), timer   # type: ignore[arg-type]
+
+
+def test_an_uncapped_first_attempt_is_the_only_one(monkeypatch):
+    done, timer = _run(monkeypatch, [10.0], [False])
+    assert done.measurement.latency_us == 10.0 and not done.telemetry["capped"] and len(done.attempts) == 1
+    assert timer.pauses == [0.0]
+
+
+def test_the_uncapped_retry_is_kept_even_when_a_capped_attempt_read_faster(monkeypatch):
+    done, timer = _run(monkeypatch, [9.0, 11.0], [True, False])
+    assert done.measurement.latency_us == 11.0 and not done.telemetry["capped"]
+    assert [a["kept"] for a in done.attempts] == [False, True] and timer.pauses == [0.0, 0.002]
+
+
+def test_all_capped_keeps_the_fastest_and_says_capped(monkeypatch):
+    done, timer = _run(monkeypatch, [12.0, 10.0, 11.0, 13.0], [True] * 4)
+    assert done.measurement.latency_us == 10.0 and done.telemetry["capped"] and len(done.attempts) == 4
+    assert timer.pauses == [0.0, 0.002, 0.004, 0.008]
+
+
+def test_a_retry_that_fails_keeps_the_attempts_before_it_and_records_the_failure(monkeypatch):
+    done, _ = _run(monkeypatch, [12.0, None], [True, False])
+    assert done.measurement.latency_us == 12.0 and done.telemetry["capped"]
+    assert done.attempts[0]["kept"] and "starved (planted)" in done.attempts[1]["error"]
+
+
+def test_a_first_attempt_that_fails_is_the_case_failure(monkeypatch):
+    with pytest.raises(NotMeasurable):
+        _run(monkeypatch, [None], [False])
