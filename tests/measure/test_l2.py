@@ -42,3 +42,10 @@ def test_on_this_gpu_every_state_is_verified():
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     result = check_l2_states(l2, "cold_clean", None)
     assert result["states_verified"] == {"warm": True, "cold_clean": True, "cold_dirty": True}, result
+
+
+def test_a_state_that_could_not_be_probed_is_unverified_and_the_rest_still_judged():
+    ok = verdicts({"warm": 7.6, "cold_clean": None, "cold_dirty": 11.0})   # no discard kernel here
+    assert ok == {"warm": True, "cold_clean": None, "cold_dirty": True}
+    assert verdicts({"warm": None, "cold_clean": None, "cold_dirty": 11.0}) == {
+        "warm": None, "cold_clean": None, "cold_dirty": None}

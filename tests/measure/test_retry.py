@@ -41,7 +41,7 @@ def _run(monkeypatch, latencies, capped):
         def __exit__(self, *exc):
             return None
 
-        def summary(self):
+        def summary(self, since_s=None):
             c = timer.capped[self.k]
             return {"available": True, "capped": c, "capping_reasons": ["sw_power_cap"] if c else []}
 

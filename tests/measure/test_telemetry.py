@@ -172,3 +172,18 @@ def test_amd_reader_matches_torchs_8_digit_bus_id_to_amdsmis_4_digit_one():
     assert AmdTelemetry(0, pci_bus_id="00000000:c1:00.0", module=FakeAmdSmi())._handle == "gpu1"
     assert AmdTelemetry(1, pci_bus_id="00000000:05:00.0", module=FakeAmdSmi())._handle == "gpu0"
     assert AmdTelemetry(1, pci_bus_id="00000000:99:00.0", module=FakeAmdSmi())._handle == "gpu1"   # none: index
+
+
+def test_only_readings_inside_the_timed_window_judge_the_attempt():
+    fake = FakeTelemetry(clock_mhz=1500, reasons=("sw_power_cap",))   # capped during warmup
+    with TelemetrySampler(fake, period_s=0.002) as sampler:           # type: ignore[arg-type]
+        time.sleep(0.02)
+        fake.clock_mhz, fake.reasons = 1980, []                       # the timed calls ran at full clock
+        time.sleep(0.004)
+        window_start = time.perf_counter()
+        time.sleep(0.02)
+    assert sampler.summary()["capped"]                                # the whole window saw the cap
+    judged = sampler.summary(since_s=window_start)
+    assert not judged["capped"] and judged["readings_before_window"] >= 5
+    late = sampler.summary(since_s=time.perf_counter() + 1)            # no reading inside: the last one stands in
+    assert late["readings"] == 1 and not late["capped"]

@@ -201,3 +201,30 @@ def test_metadata_with_a_key_json_cannot_encode_is_stored_not_raised(tmp_path, w
     assert [r.status for r in outcome.rows] == ["ok", "ok"]
     assert outcome.rows[0].metrics["backend_meta"]["tiles"] == {"(128, 128)": "ok"}
     assert Store(str(tmp_path / "ox.db")).row_count(outcome.run_id) == 2
+
+
+def test_a_profile_that_fails_after_timing_keeps_the_timing(tmp_path, write_testlist, monkeypatch):
+    """What fails after a case was timed (trace export, the kernel breakdown, the ncu replay) is said
+    beside the row; the measured number stays."""
+    from operatorx.platform import DeviceInfo
+    from operatorx.run import case as case_module
+
+    path = write_testlist([gemm(m=2, n=64, k=64)])
+    real_measure = case_module.CaseRunner._measure
+
+    def as_if_cuda(self, case, prepared, index):          # prepared and timed on the CPU, profiled "on CUDA"
+        cpu = self.device
+        self.device = DeviceInfo(**{**cpu.__dict__, "kind": "cuda"})
+        try:
+            return real_measure(self, case, prepared, index)
+        finally:
+            self.device = cpu
+
+    def broken_profile(self, prepared, m, index):
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(case_module.CaseRunner, "_measure", as_if_cuda)
+    monkeypatch.setattr(case_module.CaseRunner, "_profile", broken_profile)
+    row = run_testlist(_config(tmp_path, path)).rows[0]
+    assert row.status == "ok" and row.metrics["latency_us"] > 0
+    assert row.metrics["profile_error"] == "OSError: No space left on device"

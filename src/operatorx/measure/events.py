@@ -83,7 +83,8 @@ class EventTiming:
             samples_us.extend(start.elapsed_time(end) * 1e3 for start, end in pairs)
             reason = stop_reason(samples_us, time.perf_counter() - wall0, s)
         details = {**self.flusher.to_json(), "spin": s.spin, "spins": spins, "spin_short_batches": spin_short,
-                   "enqueue_us_per_call": enqueue_s * 1e6, "batch_size": s.batch_size, "pause_s": pause_s}
+                   "enqueue_us_per_call": enqueue_s * 1e6, "batch_size": s.batch_size, "pause_s": pause_s,
+                   "window_start_s": wall0}
         return Measurement(method=self.method, clock="device", samples_us=samples_us,
                            summary=summarize(samples_us), warmup_calls=calls, warmup_s=warm_s,
                            stop_reason=reason, details=details)

@@ -32,6 +32,7 @@ _SPIN_MARGIN = 1.2          # spin this many times the host's enqueue time of a 
 _PAUSE_SPIN_S = 200e-6      # extra head start per call in pause mode (throttle retries)
 _MAX_BATCH = 512
 _ALL_STARVED_BATCHES = 3    # this many batches with every call starved: the op waits on the host itself
+_EMPTY_BATCHES = 3          # this many batches in a row with no device work recorded: nothing to time
 _MAX_SPIN_S = 0.25
 _FIRST_ENQUEUE_GUESS_S = 300e-6   # per iteration under the profiler, before a batch has measured it (starved
                                   # calls of a short first spin are dropped, and the next spin grows)
@@ -142,6 +143,8 @@ class KernelTiming:
         batch = None
         n = s.batch_size
         all_starved_streak = 0
+        empty_batches = 0
+        starved_kept = 0
         gaps_included = False
         while reason is None:
             n = max(1, min(n, s.max_samples - len(samples_us)))
@@ -152,10 +155,14 @@ class KernelTiming:
             unattributed += batch.unattributed
             with_work = [c for c in batch.calls if c.activities]
             kept = with_work if gaps_included else [c for c in with_work if not c.starved]
-            starved += sum(c.starved for c in with_work)
             all_starved_streak = all_starved_streak + 1 if with_work and not kept else 0
             if all_starved_streak >= _ALL_STARVED_BATCHES and not gaps_included:
                 gaps_included, kept = True, with_work     # the op itself leaves the GPU idle: keep and say so
+            n_starved = sum(c.starved for c in with_work)
+            if gaps_included:
+                starved_kept += n_starved
+            else:
+                starved += n_starved
             if pause_s == 0:
                 enqueue_s = max(enqueue_s, batch.enqueue_s_per_call) if batches > 1 else batch.enqueue_s_per_call
             if len(kept) < len(with_work):
@@ -164,8 +171,10 @@ class KernelTiming:
             samples_us.extend(c.span_ns / 1e3 for c in kept)
             busy_us.extend(c.busy_ns / 1e3 for c in kept)
             gaps_ns.extend(c.gap_before_ns for c in kept if c.gap_before_ns is not None)
-            if not any(c.activities for c in batch.calls):
-                raise NotMeasurable("the op launched no device work that CUPTI recorded (host-only op?)")
+            empty_batches = 0 if with_work else empty_batches + 1
+            if empty_batches >= _EMPTY_BATCHES:
+                raise NotMeasurable(f"the op launched no device work that CUPTI recorded in {_EMPTY_BATCHES} "
+                                    "batches in a row (a host-only op?)")
             wall_s = time.perf_counter() - wall0
             reason = stop_reason(samples_us, wall_s, s)
             n = _next_batch(samples_us, s, n)
@@ -180,7 +189,8 @@ class KernelTiming:
                    "enqueue_us_per_call": enqueue_s * 1e6, "pause_s": pause_s,
                    "busy_us_median": float(np.median(busy_us)) if busy_us else None,
                    "gap_before_call_us_median": float(np.median(gaps_ns)) / 1e3 if gaps_ns else None,
-                   "graph": self.graph, "host_gaps_included": gaps_included}
+                   "graph": self.graph, "host_gaps_included": gaps_included,
+                   "starved_calls_kept": starved_kept, "window_start_s": wall0}
         return Measurement(method=self.method, clock="device", samples_us=samples_us, summary=summarize(samples_us),
                            warmup_calls=calls, warmup_s=warm_s, stop_reason=reason, details=details,
                            last_batch=batch)

@@ -49,7 +49,7 @@ def measure_with_retries(timer: _Timer, fn: Callable[[], Any], telemetry: Teleme
             failed.append({"pause_s": pause_s, "error": f"{type(err).__name__}: {str(err).strip()[:300]}",
                            "kept": False})
             break
-        tried.append((m, sampler.summary(), pause_s))
+        tried.append((m, sampler.summary(since_s=m.details.get("window_start_s")), pause_s))
         if not tried[-1][1]["capped"]:
             break
     pool = [i for i, t in enumerate(tried) if not t[1]["capped"]] or list(range(len(tried)))

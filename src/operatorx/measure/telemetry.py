@@ -227,10 +227,22 @@ class TelemetrySampler:
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self, since_s: Optional[float] = None) -> dict[str, Any]:
+        """The readings' summary. With `since_s` (a perf_counter time: when the timed calls began)
+        only readings from then on judge the attempt, so a cap during warmup or right after the
+        previous attempt does not mark timed calls that ran at full clock; if none fell in that
+        window, the last reading before it stands in. Energy covers the whole sampler window."""
         if not self.telemetry.available:
             return {"available": False, "capped": False}
         energy = (self._energy1 - self._energy0) if self._energy0 is not None and self._energy1 is not None else None
         if energy is not None and energy < 0:       # the counter wrapped or was reset: no figure, not a negative one
             energy = None
-        return {"available": True, **summarize_readings(self.readings, energy, self.capped_clock_fraction)}
+        readings = self.readings
+        if since_s is not None:
+            inside = [r for r in readings if r.get("t_s", since_s) >= since_s]
+            before = [r for r in readings if r.get("t_s", since_s) < since_s]
+            readings = inside or before[-1:]
+        out = {"available": True, **summarize_readings(readings, energy, self.capped_clock_fraction)}
+        if since_s is not None:
+            out["readings_before_window"] = len(self.readings) - len(readings)
+        return out

@@ -54,6 +54,8 @@ def row_note(r: dict[str, Any]) -> str:
             notes.append(f"L2 state {m.get('l2_state')} not verified")
         if m.get("perturbed"):
             notes.append("perturbed (ncu)")
+        if m.get("profile_error"):
+            notes.append(f"profile failed: {m['profile_error'][:80]}")
         timing = m.get("timing") or {}
         if timing.get("host_gaps_included"):
             notes.append("host gaps included (op waits on host)")

@@ -194,7 +194,10 @@ class CaseRunner:
         metrics.update(_rates(case, m.latency_us, self.peaks, prepared.min_bytes))
         if self.device.kind == "cuda":
             t0 = time.perf_counter()
-            metrics.update(self._profile(prepared, m, index))
+            try:
+                metrics.update(self._profile(prepared, m, index))
+            except Exception as err:  # noqa: BLE001 - the timing stands; what failed after it is said beside it
+                metrics["profile_error"] = f"{type(err).__name__}: {str(err).strip()[:300]}"
             self._seconds["profile"] = time.perf_counter() - t0
         return metrics
 
