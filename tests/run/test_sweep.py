@@ -228,3 +228,13 @@ def test_a_profile_that_fails_after_timing_keeps_the_timing(tmp_path, write_test
     row = run_testlist(_config(tmp_path, path)).rows[0]
     assert row.status == "ok" and row.metrics["latency_us"] > 0
     assert row.metrics["profile_error"] == "OSError: No space left on device"
+
+
+def test_every_metrics_key_a_row_carries_is_named_in_docs_metrics(tmp_path, write_testlist):
+    from pathlib import Path
+
+    doc = (Path(__file__).parents[2] / "docs" / "metrics.md").read_text(encoding="utf-8")
+    path = write_testlist([gemm(m=2, n=64, k=64)])
+    row = run_testlist(_config(tmp_path, path)).rows[0]
+    missing = [k for k in row.metrics if f"`{k}`" not in doc]
+    assert not missing, f"docs/metrics.md does not name {missing}"
