@@ -178,6 +178,10 @@ def test_cuda_run_declares_how_each_number_was_taken(tmp_path, write_testlist):
     trace = json.loads((tmp_path / "traces" / f"{outcome.run_id}-case00000.json").read_text())
     assert any(e.get("name") == "ox.call" for e in trace["traceEvents"])
     assert m["case_seconds"]["timing"] > 0
+    from pathlib import Path
+
+    doc = (Path(__file__).parents[2] / "docs" / "metrics.md").read_text(encoding="utf-8")
+    assert not [k for k in m if f"`{k}`" not in doc], "docs/metrics.md must name every key of a CUDA row"
 
 
 class _TupleKeyMeta:
