@@ -153,19 +153,31 @@ def test_paired_difference_finds_a_shift_and_not_noise() -> None:
     assert noisy.verdict == "inconclusive"
 
 
-def test_cli_ab_runs_and_writes_json(tmp_path: Path, variants: str) -> None:
+def test_cli_ab_runs_stores_a_run_and_writes_json(tmp_path: Path, variants: str) -> None:
     from typer.testing import CliRunner
 
     from operatorx.cli import app
+    from operatorx.store import Store
 
     tl = tmp_path / "tl.json"
     tl.write_text(json.dumps([CASE.to_json()]))
-    out = tmp_path / "ab.json"
+    out, db = tmp_path / "ab.json", str(tmp_path / "ox.db")
     res = CliRunner().invoke(app, ["ab", "--a", variants, "--b", f"{variants}[spin_us=3]", "-t", str(tl),
-                                   "--device", "cpu", "--batches", "9", "--batch-calls", "50", "--json", str(out)])
+                                   "--device", "cpu", "--batches", "9", "--batch-calls", "50", "--json", str(out),
+                                   "--db", db, "--results-dir", str(tmp_path / "res")])
     assert res.exit_code == 0, res.output
     doc = json.loads(out.read_text())
     assert doc["results"][0]["host"]["verdict"] == "slower" and "spin_us=3" in res.output
+    stored = Store(db).document("latest")
+    assert stored["run"]["kind"] == "ab" and stored["run"]["b"].endswith("[spin_us=3]")
+    assert stored["rows"][0]["metrics"]["ab"]["host"]["verdict"] == "slower"
+    assert (tmp_path / "res" / f"{stored['run']['id']}.json").exists()
+    shown = CliRunner().invoke(app, ["results", "show", "latest", "--db", db])
+    assert shown.exit_code == 0 and "slower" in shown.output and "host B−A" in shown.output
+    md = CliRunner().invoke(app, ["results", "show", "latest", "--db", db, "--markdown"])
+    assert md.exit_code == 0 and "| slower |" in md.output
+    csv = CliRunner().invoke(app, ["results", "export", "latest", "--format", "csv", "--db", db])
+    assert csv.exit_code == 0 and csv.output.startswith("case_index,")
 
 
 @pytest.mark.gpu

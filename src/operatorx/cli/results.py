@@ -9,9 +9,11 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from operatorx.report import rows_markdown, rows_table
+from operatorx.report.ab import ab_markdown, ab_table
 from operatorx.store import RunNotFound, Store, document_csv
 
 __all__ = ["results_app"]
@@ -52,11 +54,18 @@ def show(run: str = typer.Argument("latest", help="Run id, unique prefix, or 'la
          markdown: bool = typer.Option(False, "--markdown", help="Print a Markdown table instead.")) -> None:
     """A run's rows as a table."""
     doc = _document(db, run)
+    r = doc["run"]
+    title = f"{r['id']}  {r['testlist']}  {r['backend']}  {(r.get('device') or {}).get('name', '')}"
+    if r.get("kind") == "ab":                   # an A/B stored as a run: each row holds the case's A/B result
+        results = [{"case_index": row.get("case_index"), **row["metrics"]["ab"]} for row in doc["rows"]]
+        if markdown:
+            typer.echo(ab_markdown(results), nl=False)
+        else:
+            _out.print(ab_table(results, title=escape(f"{title}   (B − A in µs)")))
+        return
     if markdown:
         typer.echo(rows_markdown(doc["rows"]), nl=False)
         return
-    r = doc["run"]
-    title = f"{r['id']}  {r['testlist']}  {r['backend']}  {(r.get('device') or {}).get('name', '')}"
     _out.print(rows_table(doc["rows"], title=title))
 
 

@@ -10,15 +10,17 @@ from rich.table import Table
 
 from operatorx.report.table import fmt
 
-__all__ = ["ab_table"]
+__all__ = ["ab_markdown", "ab_table"]
 
+_COLUMNS = ("case", "status", "host A", "host B", "host B−A [CI]", "host", "dev A", "dev B", "dev B−A [CI]",
+            "device", "outputs")
 _VERDICT_STYLE = {"faster": "green", "slower": "red", "same": "", "inconclusive": "yellow"}
 
 
-def _clock(d: Optional[dict[str, Any]]) -> list[str]:
+def _clock(d: Optional[dict[str, Any]], styled: bool = True) -> list[str]:
     if not d:
         return ["-", "-", "-", "-"]
-    style = _VERDICT_STYLE.get(d["verdict"], "")
+    style = _VERDICT_STYLE.get(d["verdict"], "") if styled else ""
     verdict = f"[{style}]{d['verdict']}[/{style}]" if style else d["verdict"]
     diff = f"{d['diff_us']:+.2f} [{d['ci_low_us']:+.2f}, {d['ci_high_us']:+.2f}]"
     return [fmt(d["a_us"], 2), fmt(d["b_us"], 2), diff, verdict]
@@ -27,11 +29,21 @@ def _clock(d: Optional[dict[str, Any]]) -> list[str]:
 def ab_table(results: Iterable[dict[str, Any]], title: Optional[str] = None) -> Table:
     """One line per case of `ABResult.to_json()`; differences are B − A in µs with the CI."""
     t = Table(title=title)
-    for name in ("case", "status", "host A", "host B", "host B−A [CI]", "host", "dev A", "dev B",
-                 "dev B−A [CI]", "device", "outputs"):
+    for name in _COLUMNS:
         t.add_column(name, justify="left" if name in ("case", "status", "outputs") else "right",
                      overflow="fold")
     for r in results:
         outputs = (r.get("outputs") or {}).get("result", "") if r["status"] == "ok" else (r.get("message") or "")
         t.add_row(r["label"], r["status"], *_clock(r.get("host")), *_clock(r.get("device")), escape(outputs[:60]))
     return t
+
+
+def ab_markdown(results: Iterable[dict[str, Any]]) -> str:
+    """The A/B table as Markdown, for a report (same columns as `ab_table`)."""
+    lines = ["| " + " | ".join(_COLUMNS) + " |", "|" + "---|" * len(_COLUMNS)]
+    for r in results:
+        outputs = (r.get("outputs") or {}).get("result", "") if r["status"] == "ok" else (r.get("message") or "")
+        cells = [r["label"], r["status"], *_clock(r.get("host"), False),
+                 *_clock(r.get("device"), False), outputs[:60]]
+        lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines) + "\n"

@@ -6,8 +6,8 @@ allocator and import state by more than the few µs an A/B is usually about. Her
 2. their outputs are compared once (bitwise, within tolerance, or different) — a speed
    difference between two different results is reported next to that fact, never alone;
 3. host time: batches of A and B alternate (A,B then B,A ...), measure/host_time.py;
-4. device time (CUDA): rounds of CUDA-event batches (method A: spin + L2 flush), alternating
-   the same way; each round gives one median per side;
+4. device time (CUDA): rounds of batches timed by the run's device timer (kernel-level by
+   default, with its L2 flush and spin), alternating the same way; one median per side per round;
 5. per clock, the paired difference with a bootstrap interval and a verdict (run/ab_stats.py).
 Inputs are the same when both sides build them from the case seed (the torch backend does;
 user code does with `gemm_inputs`); the output comparison shows whether they did.
@@ -36,15 +36,15 @@ __all__ = ["ABSettings", "ABResult", "run_ab_case"]
 class ABSettings:
     host: HostTimeSettings = field(default_factory=HostTimeSettings)
     device_rounds: int = 15
-    """CUDA only: alternating rounds of event-timed batches; one median per side per round."""
+    """CUDA only: alternating rounds of timed batches; one median per side per round."""
     device_round_calls: int = 32
     timing: TimingSettings = field(default_factory=TimingSettings)
-    """Warmup and method-A switches (spin, L2 flush) for device time."""
+    """The device timer (mode, L2 state, spin) and warmup for device time."""
     confidence: float = 0.95
     same_within_rel: float = 0.01
+    """A difference below this fraction of A's time gets the verdict `same` even when resolved."""
     cpu_max_gflop: float = 50.0
     """On the CPU device, larger cases are unsupported (as in `run`)."""
-    """A difference below this fraction of A's time gets the verdict `same` even when resolved."""
 
     def __post_init__(self) -> None:
         if self.device_rounds < 6 or self.device_round_calls < 1:
