@@ -1,0 +1,91 @@
+"""KernelTiming's sampling loop on the CPU, with scripted trace batches in place of CUPTI.
+
+The GPU tests (test_kernel_timing.py) show the timer against real kernels; these pin the loop's
+own rules: starved calls dropped and counted, an op that starves every call kept with its gaps,
+empty batches, the stop rule, and the timed-window start the telemetry filter relies on.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from operatorx.measure import NotMeasurable, TimingSettings
+from operatorx.measure import kernel_timing as kt
+from operatorx.measure.l2 import L2Flusher
+from operatorx.measure.trace import STARVED_GAP_NS, Activity, CallTrace, TraceBatch
+
+
+def _call(span_ns: int, gap_ns: int = 500) -> CallTrace:
+    c = CallTrace([Activity("k", 1_000, 1_000 + span_ns, 7)], gap_before_ns=gap_ns)
+    c.max_gap_ns = gap_ns
+    return c
+
+
+@pytest.fixture
+def scripted(monkeypatch):
+    """Replace the profiled batch with a script: each entry makes the calls of one batch."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(kt, "_profiler_ready", True)
+    seen: list[int] = []
+
+    def install(make_calls):
+        def fake_trace_batch(call, n, flush, spin_cycles, pause_s=0.0, pause_spin_cycles=0):
+            seen.append(n)
+            return TraceBatch(calls=make_calls(len(seen), n), harness_activities=2 * n, unattributed=0,
+                              enqueue_s_per_call=50e-6)
+        monkeypatch.setattr(kt, "trace_batch", fake_trace_batch)
+        return seen
+    return install
+
+
+def _timer(**kw) -> kt.KernelTiming:
+    s = TimingSettings(warmup_calls=1, warmup_floor_s=0, first_warmup_floor_s=0, **kw)
+    return kt.KernelTiming(s, L2Flusher("warm", None), sm_clock_hz=2e9)
+
+
+def test_steady_calls_stop_on_the_noise_target_after_one_batch(scripted):
+    seen = scripted(lambda b, n: [_call(10_000) for _ in range(n)])
+    t0 = time.perf_counter()
+    m = _timer().measure(lambda: None)
+    assert m.stop_reason == "noise_target" and m.latency_us == 10.0 and seen == [32]
+    assert m.details["window_start_s"] >= t0 and m.details["starved_calls_dropped"] == 0
+
+
+def test_starved_calls_are_dropped_counted_and_grow_the_spin(scripted):
+    starved = STARVED_GAP_NS + 1
+    scripted(lambda b, n: [_call(10_000, starved if i % 4 == 0 else 500) for i in range(n)])
+    m = _timer().measure(lambda: None)
+    assert m.latency_us == 10.0 and m.details["starved_calls_dropped"] == 8
+    assert m.details["spin_short_batches"] == 1 and not m.details["host_gaps_included"]
+
+
+def test_an_op_that_starves_every_call_is_kept_with_its_gaps_after_three_batches(scripted):
+    seen = scripted(lambda b, n: [_call(50_000, STARVED_GAP_NS * 3) for _ in range(n)])
+    m = _timer().measure(lambda: None)
+    assert m.details["host_gaps_included"] is True and m.latency_us == 50.0
+    assert m.details["starved_calls_dropped"] == 64 and m.details["starved_calls_kept"] == 32
+    assert len(seen) == 3
+
+
+def test_three_empty_batches_in_a_row_are_not_measurable_but_one_is_not_enough(scripted):
+    scripted(lambda b, n: [CallTrace() for _ in range(n)] if b == 1 else [_call(10_000) for _ in range(n)])
+    assert _timer().measure(lambda: None).latency_us == 10.0
+    scripted(lambda b, n: [CallTrace() for _ in range(n)])
+    with pytest.raises(NotMeasurable, match="no device work"):
+        _timer().measure(lambda: None)
+
+
+def test_noisy_calls_ask_for_a_bigger_next_batch_and_stop_at_the_time_cap(scripted):
+    import itertools
+
+    spread = itertools.cycle([9_000, 10_000, 11_000, 12_000])
+    seen = scripted(lambda b, n: [_call(next(spread)) for _ in range(n)])
+    m = _timer(max_time_s=0.0).measure(lambda: None)
+    assert m.stop_reason == "time_cap" and seen == [32]
+    seen.clear()
+    m = _timer(max_time_s=0.05, max_samples=300).measure(lambda: None)
+    assert seen[1] > 32 and m.stop_reason in ("time_cap", "max_samples")
