@@ -49,3 +49,24 @@ def test_a_state_that_could_not_be_probed_is_unverified_and_the_rest_still_judge
     assert ok == {"warm": True, "cold_clean": None, "cold_dirty": True}
     assert verdicts({"warm": None, "cold_clean": None, "cold_dirty": 11.0}) == {
         "warm": None, "cold_clean": None, "cold_dirty": None}
+
+
+def test_the_probe_records_a_state_it_cannot_produce_and_judges_the_rest(monkeypatch):
+    import torch
+
+    from operatorx.measure import l2_check
+
+    monkeypatch.setattr(torch, "randn", lambda *a, **k: torch.zeros(4))        # no CUDA buffer needed here
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    times = {"warm": 7.6, "cold_dirty": 11.0}
+
+    def probe(state, l2_bytes, read, clock):
+        if state == "cold_clean":
+            raise RuntimeError("l2 state cold_clean needs Triton's discard.global.L2 kernel")
+        return times[state]
+
+    monkeypatch.setattr(l2_check, "_probe", probe)
+    result = l2_check.check_l2_states(64 << 20, "cold_dirty", None)
+    assert result["verified"] is True and result["states_verified"]["cold_clean"] is None
+    assert "discard" in result["probe_errors"]["cold_clean"] and "dirty_over_clean" not in result
+    assert l2_check.check_l2_states(64 << 20, "cold_clean", None)["verified"] is False
