@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional
 
@@ -19,7 +18,7 @@ from operatorx.result import Row
 from operatorx.run.ab import ABSettings, run_ab_case
 from operatorx.run.ab_spec import Side
 from operatorx.run.metadata import run_info
-from operatorx.run.sweep import new_run_id
+from operatorx.run.sweep import new_run_id, now_utc
 from operatorx.spec import Case
 from operatorx.store import Store, write_json_atomic
 
@@ -33,10 +32,6 @@ class ABRun:
     results: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
 def run_ab(cases: list[tuple[int, Case]], a: Side, b: Side, device: str, settings: ABSettings, testlist: str,
            db: str, results_dir: Path, on_case: Optional[Callable[[int, Case], None]] = None,
            on_result: Optional[Callable[[list[dict[str, Any]]], None]] = None) -> ABRun:
@@ -48,7 +43,7 @@ def run_ab(cases: list[tuple[int, Case]], a: Side, b: Side, device: str, setting
     info.update({"kind": "ab", "a": a.spec, "b": b.spec, "device_kind": device, "cases_selected": len(cases),
                  "ab_settings": {k: v for k, v in asdict(settings).items() if k not in ("host", "timing")},
                  "host_timing": settings.host.to_json(), "timing": settings.timing.to_json()})
-    store.begin_run(run_id, _now(), testlist, f"ab: {a.spec} | {b.spec}", device, info)
+    store.begin_run(run_id, now_utc(), testlist, f"ab: {a.spec} | {b.spec}", device, info)
     out = ABRun(run_id=run_id, document_path=results_dir / f"{run_id}.json")
     state = "interrupted"
     try:
@@ -64,6 +59,6 @@ def run_ab(cases: list[tuple[int, Case]], a: Side, b: Side, device: str, setting
                 on_result(out.results)
         state = "finished"
     finally:
-        store.finish_run(run_id, _now(), state)
+        store.finish_run(run_id, now_utc(), state)
         write_json_atomic(store.document(run_id), out.document_path)
     return out

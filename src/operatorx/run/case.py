@@ -214,7 +214,9 @@ class CaseRunner:
         if batch is not None and self.config.profile_kernels:
             from operatorx.measure.trace import trace_batch
 
-            small = trace_batch(prepared.fn, 2, self.timer.flusher.flush, 0)   # for grid/block/registers only
+            # grid/block/registers come from a trace export: of a 2-call batch when the timed one is large;
+            # the 8-call batch of events mode is small enough to export itself
+            small = batch if batch is not m.last_batch else trace_batch(prepared.fn, 2, self.timer.flusher.flush, 0)
             out["profile"] = kernel_breakdown(batch, shapes_from=small)
         if batch is not None and self.config.trace_dir is not None:
             path = export_trace(batch, self.config.trace_dir / f"{self.run_id or 'run'}-case{index:05d}.json")

@@ -22,7 +22,7 @@ from operatorx.run.metadata import run_info
 from operatorx.spec import Case, load_testlist, resolve_testlist
 from operatorx.store import Store, write_json_atomic
 
-__all__ = ["Reporter", "RunOutcome", "new_run_id", "select_cases", "run_testlist"]
+__all__ = ["Reporter", "RunOutcome", "new_run_id", "now_utc", "select_cases", "run_testlist"]
 
 
 class Reporter(Protocol):
@@ -49,7 +49,8 @@ class RunOutcome:
         return sum(r.status == status for r in self.rows)
 
 
-def _now() -> str:
+def now_utc() -> str:
+    """The time stamps of runs: UTC, ISO 8601, to the second."""
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
@@ -103,7 +104,7 @@ def run_testlist(config: RunConfig, reporter: Optional[Reporter] = None) -> RunO
                  "filter": config.filter, "limit": config.limit, "timing": config.timing.to_json(),
                  "l2_check": l2_check,
                  "device_kind": device_kind})
-    store.begin_run(run_id, _now(), testlist_name, config.backend, device_kind, info)
+    store.begin_run(run_id, now_utc(), testlist_name, config.backend, device_kind, info)
     outcome = RunOutcome(run_id=run_id, document_path=config.results_dir / f"{run_id}.json")
     reporter.start(run_id, len(chosen))
     state = "interrupted"
@@ -116,7 +117,7 @@ def run_testlist(config: RunConfig, reporter: Optional[Reporter] = None) -> RunO
             reporter.case_done(row)
         state = "finished"
     finally:
-        store.finish_run(run_id, _now(), state)
+        store.finish_run(run_id, now_utc(), state)
         write_json_atomic(store.document(run_id), outcome.document_path)
         reporter.finish()
     return outcome
