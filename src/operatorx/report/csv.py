@@ -1,0 +1,69 @@
+"""A result document as CSV: one line per row, the headline numbers; the JSON document keeps the rest.
+
+Every cell goes through `safe.csv_cell`: text that a spreadsheet would run as a formula is
+neutralised, and `sources` is a JSON list (a source containing `;` or `,` splits back exactly).
+A/B runs (run kind `ab`) fill the a_/b_ columns from each row's A/B result, on the device clock
+when it was measured, else the host clock; `latency_us` stays empty there (two sides, no one number).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Any, Optional
+
+from operatorx.report.safe import csv_cell
+from operatorx.spec import Case
+
+__all__ = ["CSV_FIELDS", "document_csv"]
+
+CSV_FIELDS = ["case_index", "type", "label", "m", "n", "k", "tokens", "scheme", "backend", "side", "status",
+              "latency_us", "tflops", "gbps", "pct_peak", "method", "clock", "checked", "error_kind", "message",
+              "sources", "ab_clock", "a_latency_us", "b_latency_us", "diff_us", "ci_low_us", "ci_high_us",
+              "verdict"]
+
+
+def _scheme(row: dict[str, Any]) -> Optional[str]:
+    """The metrics' scheme, or the case's own (A/B rows carry none in metrics)."""
+    scheme = row.get("metrics", {}).get("scheme")
+    if scheme:
+        return str(scheme)
+    try:
+        return Case.model_validate({"type": row["op"]["type"], "args": row["op"]["args"]}).scheme()
+    except Exception:   # an older or partial document: leave the cell empty
+        return None
+
+
+def _ab(metrics: dict[str, Any]) -> dict[str, Any]:
+    ab = metrics.get("ab")
+    if not isinstance(ab, dict):
+        return {}
+    for clock in ("device", "host"):
+        d = ab.get(clock)
+        if isinstance(d, dict):
+            return {"ab_clock": clock, "a_latency_us": d.get("a_us"), "b_latency_us": d.get("b_us"),
+                    "diff_us": d.get("diff_us"), "ci_low_us": d.get("ci_low_us"), "ci_high_us": d.get("ci_high_us"),
+                    "verdict": d.get("verdict")}
+    return {}
+
+
+def document_csv(doc: dict[str, Any]) -> str:
+    """One line per row of a result document (`Store.document`), headline numbers only."""
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=CSV_FIELDS, extrasaction="ignore")
+    w.writeheader()
+    for row in doc["rows"]:
+        args, m = row["op"]["args"], row.get("metrics", {})
+        check = m.get("check")
+        line = {
+            "case_index": row.get("case_index"), "type": row["op"]["type"], "label": row.get("label"),
+            "m": args.get("m"), "n": args.get("n"), "k": args.get("k"), "tokens": args.get("tokens"),
+            "scheme": _scheme(row), "backend": row["op"].get("backend"), "side": row.get("side"),
+            "status": row.get("status"), "latency_us": m.get("latency_us"), "tflops": m.get("tflops"),
+            "gbps": m.get("gbps"), "pct_peak": m.get("pct_peak"), "method": m.get("method"), "clock": m.get("clock"),
+            "checked": check.get("checked", True) if isinstance(check, dict) else None,
+            "error_kind": row.get("error_kind"), "message": row.get("message"),
+            "sources": list(row["op"].get("sources") or []), **_ab(m),
+        }
+        w.writerow({k: csv_cell(v) for k, v in line.items()})
+    return buf.getvalue()
