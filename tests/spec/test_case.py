@@ -27,8 +27,8 @@ def test_old_form_sources_with_parallel_names():
 
 
 def test_old_form_length_mismatch_is_refused():
-    with pytest.raises(ValidationError, match="run in parallel"):
-        Case.model_validate({**gemm(), "sources": ["org/m1"], "name": ["a", "b"]})
+    with pytest.raises(ValidationError, match="one role per source, or a single role for all"):
+        Case.model_validate({**gemm(), "sources": ["org/m1", "org/m2", "org/m3"], "name": ["a", "b"]})
 
 
 def test_sources_may_be_missing_or_empty():

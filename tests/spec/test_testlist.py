@@ -30,7 +30,7 @@ _DELETE = object()
 # (name, case, expected field path in the message, expected words)
 BAD_CASES = [
     ("unknown key", _set(gemm(), "args.mm", 4), "args.mm", "Extra inputs"),
-    ("unknown top-level key", _set(gemm(), "kind", "x"), "kind", "Extra inputs"),
+    ("unknown key in a scale", _set(fp8_block(), "args.a.scale.grop", [1, 1]), "args.a.scale.grop", "Extra inputs"),
     ("string for int", _set(gemm(), "args.m", "4"), "args.m", "valid integer"),
     ("float for int", _set(gemm(), "args.k", 256.0), "args.k", "valid integer"),
     ("zero size", _set(gemm(), "args.n", 0), "args.n", "greater than 0"),

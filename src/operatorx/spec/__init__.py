@@ -6,6 +6,7 @@ from operatorx.spec.moe import MoeArgs
 from operatorx.spec.operand import Operand, Scale
 from operatorx.spec.testlist import (
     TestlistError,
+    TestlistWarning,
     dump_testlist,
     load_testlist,
     merge_cases,
@@ -15,6 +16,6 @@ from operatorx.spec.testlist import (
 )
 
 __all__ = [
-    "Case", "GemmArgs", "MoeArgs", "Operand", "Scale", "TestlistError", "dump_testlist",
+    "Case", "GemmArgs", "MoeArgs", "Operand", "Scale", "TestlistError", "TestlistWarning", "dump_testlist",
     "load_testlist", "merge_cases", "parse_cases", "resolve_testlist", "shipped_testlists",
 ]

@@ -22,12 +22,18 @@ class Case(SpecModel):
     """One op to time. Two cases are equal when `type` and `args` are; `sources` never count.
 
     `sources` holds `<checkpoint>/<role>` strings. Older files give bare checkpoint ids in
-    `sources` and the roles in a parallel `name` list: those are joined on load.
+    `sources` and the roles in a `name` list: one role per source, or a single role for every
+    source. Those are joined on load.
+
+    `recipes` (the serving recipes that use the case) and `metadata` (other top-level keys a
+    testlist carried, kept as written) are metadata like `sources`: they never change `key()`.
     """
 
     type: OpType
     args: Union[GemmArgs, MoeArgs]
     sources: list[str] = []
+    recipes: list[str] = []
+    metadata: dict[str, Any] = {}
 
     @model_validator(mode="before")
     @classmethod
@@ -43,9 +49,11 @@ class Case(SpecModel):
         sources = data.get("sources", [])
         if not sources:
             data["sources"] = names
+        elif isinstance(sources, list) and len(names) == 1:   # one role for every source
+            data["sources"] = [f"{s}/{names[0]}" for s in sources]
         elif not isinstance(sources, list) or len(sources) != len(names):
             raise ValueError(f"name: {len(names)} roles for {len(sources) if isinstance(sources, list) else '?'} "
-                             "sources; the two lists run in parallel")
+                             "sources; give one role per source, or a single role for all")
         else:
             data["sources"] = [f"{s}/{n}" for s, n in zip(sources, names, strict=True)]
         return data
@@ -58,13 +66,13 @@ class Case(SpecModel):
             raise ValueError("args cannot be read without a valid type")
         return value if isinstance(value, model) else model.model_validate(value)
 
-    @field_validator("sources")
+    @field_validator("sources", "recipes")
     @classmethod
-    def _non_empty(cls, sources: list[str]) -> list[str]:
-        for i, s in enumerate(sources):
+    def _non_empty(cls, items: list[str], info: ValidationInfo) -> list[str]:
+        for i, s in enumerate(items):
             if not s.strip():
-                raise ValueError(f"sources[{i}] is empty")
-        return sources
+                raise ValueError(f"{info.field_name}[{i}] is empty")
+        return items
 
     # --- identity -------------------------------------------------------------------------
     def args_dict(self) -> dict[str, Any]:
@@ -87,7 +95,12 @@ class Case(SpecModel):
         return int(hashlib.sha256(self.key().encode()).hexdigest()[:8], 16)
 
     def to_json(self) -> dict[str, Any]:
-        return {"type": self.type, "args": self.args_dict(), "sources": list(self.sources)}
+        """The case as a testlist writes it; recipes and other metadata only when there are some."""
+        out: dict[str, Any] = {**self.metadata, "type": self.type, "args": self.args_dict(),
+                               "sources": list(self.sources)}
+        if self.recipes:
+            out["recipes"] = list(self.recipes)
+        return out
 
     # --- what the op costs ------------------------------------------------------------------
     def flops(self) -> int:

@@ -5,30 +5,68 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Iterable
+import warnings
+from collections.abc import Callable, Iterable
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from pydantic import ValidationError
 
 from operatorx.spec.case import Case
+from operatorx.spec.strict_json import StrictJSONError, loads_strict
 
 __all__ = [
-    "TestlistError", "load_testlist", "parse_cases", "merge_cases", "dump_testlist",
-    "resolve_testlist", "shipped_testlists",
+    "TestlistError", "TestlistWarning", "load_testlist", "parse_cases", "merge_cases", "dump_testlist",
+    "resolve_testlist", "shipped_testlists", "old_format", "read_json", "CASE_KEYS", "MAX_PROBLEMS_SHOWN",
 ]
+
+#: Problems a TestlistError shows (1,000 bad cases are not 1,000 lines on screen).
+MAX_PROBLEMS_SHOWN = 20
+#: The top-level keys of a case the format defines; others are metadata (a warning, kept as written).
+CASE_KEYS = ("type", "args", "sources", "name", "recipes", "metadata")
 
 
 class TestlistError(ValueError):
-    """A testlist that cannot be used; `problems` holds one line per bad field."""
+    """A testlist that cannot be used.
+
+    `problems` holds one line per bad field, at most MAX_PROBLEMS_SHOWN of them and then one
+    `... and N more` line; `all_problems` holds every line.
+    """
 
     __test__ = False  # not a pytest class
 
     def __init__(self, problems: list[str]):
-        self.problems = problems
-        shown = problems[:20] + ([f"... and {len(problems) - 20} more"] if len(problems) > 20 else [])
-        super().__init__("\n".join(shown))
+        self.all_problems = problems
+        extra = len(problems) - MAX_PROBLEMS_SHOWN
+        self.problems = problems[:MAX_PROBLEMS_SHOWN] + ([f"... and {extra} more"] if extra > 0 else [])
+        super().__init__("\n".join(self.problems))
+
+
+class TestlistWarning(UserWarning):
+    """Something in a testlist that loads but is worth a line: e.g. an unknown top-level key."""
+
+    __test__ = False
+
+
+def _warn(message: str) -> None:
+    warnings.warn(message, TestlistWarning, stacklevel=3)
+
+
+def old_format(item: Any) -> Optional[str]:
+    """The older flat format a case is in ("moe_gemm" or "gemm"), or None.
+
+    Old gemm cases give `dtype_a`/`dtype_b`/`dtype_out` strings instead of operand descriptors;
+    old MoE cases are `type: moe_gemm` with flat args (num_tokens, intermediate, ...).
+    """
+    if not isinstance(item, dict):
+        return None
+    if item.get("type") == "moe_gemm":
+        return "moe_gemm"
+    args = item.get("args")
+    if item.get("type") == "gemm" and isinstance(args, dict) and {"dtype_a", "dtype_b", "dtype_out"} & set(args):
+        return "gemm"
+    return None
 
 
 def _loc(loc: tuple[Any, ...]) -> str:
@@ -38,10 +76,46 @@ def _loc(loc: tuple[Any, ...]) -> str:
     return out or "(case)"
 
 
-def parse_cases(data: Any, origin: str) -> list[Case]:
-    """Validate decoded JSON as a testlist. Every problem is collected, then all are raised."""
+def _old_format_problem(data: list[Any], origin: str) -> Optional[str]:
+    old = [(i, kind) for i, item in enumerate(data) if (kind := old_format(item)) is not None]
+    if not old:
+        return None
+    first, kind = old[0]
+    what = "type moe_gemm" if kind == "moe_gemm" else "gemm with dtype_a/dtype_b/dtype_out"
+    return (f"{origin}: case {first}: the older flat format ({what}; {len(old)} of {len(data)} cases); "
+            f"convert the file: operatorx testlist upgrade {origin} -o NEW.json")
+
+
+def _split_metadata(item: dict[str, Any], origin: str, index: int,
+                    warn: Callable[[str], None]) -> dict[str, Any]:
+    """Unknown top-level keys move into `metadata` (kept, never measured), each with a warning."""
+    unknown = [k for k in item if k not in CASE_KEYS]
+    if not unknown:
+        return item
+    known = {k: v for k, v in item.items() if k in CASE_KEYS}
+    meta = known.get("metadata", {})
+    meta = dict(meta) if isinstance(meta, dict) else meta
+    if isinstance(meta, dict):
+        for key in unknown:
+            warn(f"{origin}: case {index}: {key}: not a case field; kept as metadata, never measured "
+                 f"(fields: {', '.join(CASE_KEYS)})")
+            meta[key] = item[key]
+    return {**known, "metadata": meta}
+
+
+def parse_cases(data: Any, origin: str, on_warning: Optional[Callable[[str], None]] = None) -> list[Case]:
+    """Validate decoded JSON as a testlist. Every problem is collected, then all are raised.
+
+    Unknown top-level keys of a case are metadata: kept, and each reported through `on_warning`
+    (default: a TestlistWarning). Unknown keys inside `args` stay errors: a typo there would
+    change what is measured.
+    """
+    warn = on_warning or _warn
     if not isinstance(data, list):
         raise TestlistError([f"{origin}: a testlist is a JSON array of cases, got {type(data).__name__}"])
+    old = _old_format_problem(data, origin)
+    if old is not None:
+        raise TestlistError([old])
     cases: list[Case] = []
     problems: list[str] = []
     for index, item in enumerate(data):
@@ -50,17 +124,20 @@ def parse_cases(data: Any, origin: str) -> list[Case]:
             problems.append(f"{origin}: case {index}: a case is a JSON object, got {what}")
             continue
         try:
-            cases.append(Case.model_validate(item))
+            cases.append(Case.model_validate(_split_metadata(item, origin, index, warn)))
         except ValidationError as err:
             for e in err.errors():
                 msg = e["msg"].removeprefix("Value error, ")
                 problems.append(f"{origin}: case {index}: {_loc(tuple(e['loc']))}: {msg}")
+        except RecursionError:
+            problems.append(f"{origin}: case {index}: nested too deeply to read")
     if problems:
         raise TestlistError(problems)
     return cases
 
 
-def load_testlist(path: str | os.PathLike[str]) -> list[Case]:
+def read_json(path: str | os.PathLike[str]) -> Any:
+    """A file's strict JSON (see strict_json); TestlistError naming the file when it is not."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -69,10 +146,14 @@ def load_testlist(path: str | os.PathLike[str]) -> list[Case]:
     except UnicodeDecodeError as err:
         raise TestlistError([f"{path}: not UTF-8 text (byte {err.start}): a testlist is a JSON file"]) from err
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise TestlistError([f"{path}: not JSON: line {err.lineno} column {err.colno}: {err.msg}"]) from err
-    return parse_cases(data, str(path))
+        return loads_strict(text, str(path))
+    except StrictJSONError as err:
+        raise TestlistError(err.problems) from err
+
+
+def load_testlist(path: str | os.PathLike[str], on_warning: Optional[Callable[[str], None]] = None) -> list[Case]:
+    """Read and validate a testlist file; TestlistError lists every problem (file, case, field)."""
+    return parse_cases(read_json(path), str(path), on_warning)
 
 
 def merge_cases(cases: Iterable[Case]) -> list[Case]:
@@ -85,6 +166,10 @@ def merge_cases(cases: Iterable[Case]) -> list[Case]:
             extra = [s for s in case.sources if s not in have]
             if extra:
                 merged[key] = merged[key].with_sources(have + extra)
+            recipes = merged[key].recipes
+            more = [r for r in case.recipes if r not in recipes]
+            if more:
+                merged[key] = merged[key].model_copy(update={"recipes": recipes + more})
         else:
             merged[key] = case
     return list(merged.values())
