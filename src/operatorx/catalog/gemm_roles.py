@@ -76,7 +76,9 @@ def _gqa(arch: Arch, tp: int) -> list[GemmShape]:
     what = "attention (qkv_proj, o_proj)"
     hidden = arch.int("hidden_size", what)
     heads = split(arch.int("num_attention_heads", what), tp, "num_attention_heads", arch.origin)
-    kv = _kv_heads_per_rank(arch.int("num_key_value_heads", what), tp, arch.origin)
+    # Hugging Face's default when a config omits num_key_value_heads: plain MHA (kv = heads)
+    kv_total = arch.int("num_key_value_heads" if arch.has("num_key_value_heads") else "num_attention_heads", what)
+    kv = _kv_heads_per_rank(kv_total, tp, arch.origin)
     head_dim = arch.head_dim(what)
     q_heads = heads * 2 if arch.opt("attn_output_gate", False) else heads  # Qwen3.5 gate rides on q
     bias = bool(arch.opt("attention_bias", False) or arch.opt("qkv_bias", False))
