@@ -7,35 +7,77 @@ temp file and renames it).
 
 from __future__ import annotations
 
+import re
 import warnings
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
 from operatorx.catalog import CatalogError, CatalogWarning, from_config, generate
+from operatorx.catalog.checkpoints import load_catalog
+from operatorx.report.safe import plain
 from operatorx.spec import dump_testlist
 
 __all__ = ["register"]
 
-_MODELS_HELP = "checkpoint id, name or family (repeat); default: the whole catalog"
+_MODELS_HELP = ("checkpoint id, its name after the org, or a family (llama, qwen3, deepseek-v3, ...) "
+                "(repeat); default: the whole catalog")
 _TP_HELP = "TP size 1/2/4/8 (repeat); default: each checkpoint as deployed"
 _M_HELP = "GEMM M (repeat); default decode 1..256 + prefill 512..32768"
 _MOE_HELP = "also emit MoE layers at these token counts (repeat)"
 
 
 def _fail(message: str) -> None:
-    typer.echo(f"error: {message}", err=True)
+    typer.echo(f"error: {plain(message)}", err=True)
     raise typer.Exit(code=2)
 
 
-def _write(cases: list, output: Path, caught: list) -> None:
+def _check_output(output: Path) -> None:
+    """Before any work: -o names a file in a directory that exists."""
+    if output.is_dir():
+        _fail(f"-o {output}: is a directory; give a file name, e.g. {output / 'cases.json'}")
+    if not output.parent.is_dir():
+        _fail(f"-o {output}: directory {output.parent} does not exist; create it first")
+
+
+def _family_matches(name: str, family: str) -> bool:
+    """`llama` names `llama-3`, `qwen` names `qwen3-moe` and `qwen3.5-moe`, `deepseek` every deepseek-*."""
+    return re.match(rf"{re.escape(name)}[\d.]*(-|$)", family) is not None
+
+
+def expand_models(names: Optional[list[str]]) -> Optional[list[str]]:
+    """Each name as the catalog knows it: an id, a name after the org, a family, or a family prefix
+    (`llama`); CatalogError listing the families and the ids for a name that matches nothing."""
+    if not names:
+        return names
+    catalog = load_catalog()
+    families = sorted({c.family for c in catalog})
+    out: list[str] = []
+    for name in names:
+        low = name.strip().lower()
+        exact = [c for c in catalog if low in (c.id.lower(), c.id.split("/")[-1].lower(), c.family.lower())]
+        if exact:
+            out.append(name)
+            continue
+        hits = [f for f in families if _family_matches(low, f.lower())]
+        if not hits:
+            raise CatalogError(f"unknown model '{name}'; give a family ({', '.join(families)}), a family prefix "
+                               f"(llama, qwen, deepseek), or a checkpoint id ({', '.join(c.id for c in catalog)})")
+        out += [f for f in hits if f not in out]
+    return out
+
+
+def _write(cases: list[Any], output: Path, caught: list[Any]) -> None:
     for w in caught:
-        typer.echo(f"warning: {w.message}", err=True)
+        typer.echo(f"warning: {plain(w.message)}", err=True)
     if not cases:
         _fail("no cases were produced; nothing written")
-    dump_testlist(cases, output)
-    typer.echo(f"wrote {len(cases)} cases to {output}")
+    try:
+        dump_testlist(cases, output)
+    except OSError as err:
+        _fail(f"-o {output}: cannot write: {err.strerror or err}")
+    typer.echo(f"wrote {len(cases)} {'case' if len(cases) == 1 else 'cases'} to {output}")
 
 
 def generate_cmd(
@@ -47,10 +89,11 @@ def generate_cmd(
     scheme: Annotated[Optional[list[str]], typer.Option("--scheme", help="only these scheme names (repeat)")] = None,
 ) -> None:
     """Cases for catalog checkpoints x schemes x TP x M, deduplicated with sources unioned."""
+    _check_output(output)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", CatalogWarning)
         try:
-            cases = generate(models, tp, m, tuple(moe_tokens or ()), scheme)
+            cases = generate(expand_models(models), tp, m, tuple(moe_tokens or ()), scheme)
         except CatalogError as err:
             _fail(str(err))
     _write(cases, output, [w for w in caught if issubclass(w.category, CatalogWarning)])
@@ -64,6 +107,7 @@ def from_config_cmd(
     m: Annotated[Optional[list[int]], typer.Option("--m", help=_M_HELP)] = None,
 ) -> None:
     """Cases for any dense-GQA, MLA or MoE config.json; a missing field is an error naming it."""
+    _check_output(output)
     try:
         cases = from_config(config, scheme, tp, m)
     except CatalogError as err:
