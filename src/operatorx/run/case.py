@@ -6,7 +6,6 @@ flight can be lost.
 
 from __future__ import annotations
 
-import json
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -14,10 +13,28 @@ from typing import Any, Optional, Protocol
 
 from operatorx.backends import Backend, Check, Prepared, Unsupported, get_backend
 from operatorx.backends.refusal import library_refusal
-from operatorx.measure import Measurement, NotMeasurable, Telemetry
+from operatorx.measure import Measurement, NotMeasurable
+from operatorx.measure import Telemetry as TelemetryReader
 from operatorx.measure.retry import measure_with_retries
 from operatorx.platform import DeviceInfo, Peaks, compute_class
-from operatorx.result import Row
+from operatorx.result import (
+    CaseSeconds,
+    CheckResult,
+    Conditions,
+    ErrorKind,
+    HostTime,
+    Measured,
+    Peak,
+    Row,
+    Summary,
+    Telemetry,
+    TimingInfo,
+    Warmup,
+    WhatRan,
+    WorkerDevice,
+    compute_rates,
+    json_safe,
+)
 from operatorx.run.config import RunConfig
 from operatorx.spec import Case, GemmArgs
 
@@ -55,28 +72,6 @@ def prepare_and_check(backend: Optional[Backend], backend_name: str, case: Case,
     return "ok", None, check
 
 
-def _str_keys(value: Any) -> Any:
-    """`value` with every dict key a string: json.dumps refuses a tuple key, and `default` is not
-    asked about keys (user code's metadata may hold one)."""
-    if isinstance(value, dict):
-        return {k if isinstance(k, str) else str(k): _str_keys(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_str_keys(v) for v in value]
-    return value
-
-
-def _json_safe(metrics: dict[str, Any]) -> dict[str, Any]:
-    """Metrics as plain JSON (a torch dtype in a backend's metadata becomes its name, a tuple key its
-    text, a NaN or infinity None: the noise of too few samples is unknown, and strict JSON stores
-    refuse those constants), so storing the row can never fail on them: this runs outside the
-    case's error handling."""
-    try:
-        text = json.dumps(metrics, default=str)
-    except (TypeError, ValueError):
-        text = json.dumps(_str_keys(metrics), default=str)
-    return json.loads(text, parse_constant=lambda _: None)
-
-
 class Timer(Protocol):
     method: str
     flusher: Any
@@ -84,22 +79,28 @@ class Timer(Protocol):
     def measure(self, fn: Any, pause_s: float = 0.0) -> Measurement: ...
 
 
-def _rates(case: Case, latency_us: float, peaks: Optional[Peaks], min_bytes: Optional[int]) -> dict[str, Any]:
-    flops, nbytes = case.flops(), min_bytes if min_bytes is not None else case.min_bytes()
-    out: dict[str, Any] = {"flops": flops, "min_bytes": nbytes,
-                           "tflops": flops / latency_us / 1e6, "gbps": nbytes / latency_us / 1e3}
-    if peaks is not None:
-        args = case.args
-        cls = compute_class(args.a.dtype, args.b.dtype) if isinstance(args, GemmArgs) else \
-            compute_class(args.experts.a1.dtype, args.experts.w1.dtype)
-        peak_tflops = peaks.tflops.get(cls)
-        fractions = [out["gbps"] / peaks.memory_gbps]
-        if peak_tflops:
-            fractions.append(out["tflops"] / peak_tflops)
-        out["pct_peak"] = 100.0 * max(fractions)
-        out["peak"] = {"compute_class": cls, "tflops": peak_tflops, "memory_gbps": peaks.memory_gbps,
-                       "source": peaks.source}
-    return out
+def _check(check: Check) -> CheckResult:
+    return CheckResult.model_validate(json_safe(check.to_json()))
+
+
+def _peak(case: Case, peaks: Optional[Peaks]) -> Optional[Peak]:
+    """The peaks that apply to the case's compute class (None without a peak table)."""
+    if peaks is None:
+        return None
+    args = case.args
+    cls = compute_class(args.a.dtype, args.b.dtype) if isinstance(args, GemmArgs) else \
+        compute_class(args.experts.a1.dtype, args.experts.w1.dtype)
+    return Peak(compute_class=cls, tflops=peaks.tflops.get(cls), memory_gbps=peaks.memory_gbps, source=peaks.source)
+
+
+def _error_kind(err: BaseException) -> ErrorKind:
+    """What kind of failure an exception in the case is (the sweep adds timeout, crashed, leak)."""
+    name, text = type(err).__name__, str(err)
+    if name == "OutOfMemoryError" or "out of memory" in text.lower():
+        return "oom"
+    if "CUDA error" in text or "illegal memory access" in text or "device-side assert" in text:
+        return "cuda_fault"
+    return "exception"
 
 
 @dataclass
@@ -107,7 +108,7 @@ class CaseRunner:
     config: RunConfig
     device: DeviceInfo
     timer: Timer
-    telemetry: Telemetry
+    telemetry: TelemetryReader
     peaks: Optional[Peaks]
     testlist: str
     l2_check: Optional[dict[str, Any]] = None
@@ -121,42 +122,56 @@ class CaseRunner:
         held: list[Prepared] = []
         self._seconds = {}
         t_case = time.perf_counter()
+        error_kind: Optional[ErrorKind] = None
         try:
-            status, message, metrics = self._attempt(case, held, index)
+            status, message, parts = self._attempt(case, held, index)
+            if status == "error":
+                error_kind = "check"
         except Exception as err:  # noqa: BLE001 - any failure becomes this case's error row
             status, message = "error", f"{type(err).__name__}: {str(err).strip()[:500]}"
-            metrics = {"traceback": traceback.format_exc(limit=6)}
+            error_kind = _error_kind(err)
+            parts = {"traceback": traceback.format_exc(limit=6)}
         cleanup = self._release(held)
         if cleanup is not None:
             status = "error"
+            error_kind = error_kind or "exception"
             message = f"{message}; {cleanup}" if message else cleanup
-        metrics.setdefault("scheme", case.scheme())
-        metrics["case_seconds"] = {**self._seconds, "total": time.perf_counter() - t_case}
+        seconds = CaseSeconds(**self._seconds, total=time.perf_counter() - t_case)
         return Row(case=case, backend=self.config.backend, status=status, testlist=self.testlist,  # type: ignore[arg-type]
-                   case_index=index, message=message, metrics=_json_safe(metrics))
+                   case_index=index, message=message, error_kind=error_kind, scheme=case.scheme(),
+                   case_seconds=seconds, worker=self._worker(), **parts)
+
+    def _worker(self) -> WorkerDevice:
+        """The device this process measures on (uuid and bus id where DeviceInfo knows them)."""
+        d = self.device
+        return WorkerDevice(kind=d.kind, name=d.name, uuid=getattr(d, "uuid", None),
+                            pci_bus_id=getattr(d, "pci_bus_id", None), index=getattr(d, "index", None))
 
     def _attempt(self, case: Case, held: list[Prepared], index: int) -> tuple[str, Optional[str], dict[str, Any]]:
-        """(status, message, metrics); the prepared case goes into `held` as soon as it exists."""
+        """(status, message, the row's typed parts by field); the prepared case goes into `held` as
+        soon as it exists."""
         backend = get_backend(self.config.backend, case.type)
         t0 = time.perf_counter()
         status, message, check = prepare_and_check(backend, self.config.backend, case, self.device.kind,
                                                    self.config.cpu_max_gflop, held)
         self._seconds["prepare_check"] = time.perf_counter() - t0
         if status != "ok" or check is None:
-            metrics = {"check": check.to_json(), "backend_meta": held[0].metadata} if check is not None else {}
-            return status, message, metrics
+            parts = {"check": _check(check), "extra": json_safe(held[0].metadata)} if check is not None else {}
+            return status, message, parts
         prepared = held[0]
         try:
-            metrics = self._measure(case, prepared, index)
+            parts = self._measure(case, prepared, index)
         except NotMeasurable as err:
-            return "unsupported", err.reason, {"check": check.to_json(), "backend_meta": prepared.metadata}
-        metrics["check"] = check.to_json()
+            return "unsupported", err.reason, {"check": _check(check), "extra": json_safe(prepared.metadata)}
+        parts["check"] = _check(check)
         if self.config.host:
             from operatorx.run.host import host_metrics
 
-            metrics["host"] = host_metrics(prepared, self.device.kind, self.config.host_timing,
-                                           metrics["latency_us"] if metrics["clock"] == "device" else None)
-        return "ok", None, metrics
+            measured: Measured = parts["measured"]
+            host = host_metrics(prepared, self.device.kind, self.config.host_timing,
+                                measured.latency_us if measured.clock == "device" else None)
+            parts["host"] = HostTime.model_validate(json_safe(host))
+        return "ok", None, parts
 
     def _release(self, held: list[Prepared]) -> Optional[str]:
         """Release the case's memory and state; a failure here is reported, never raised."""
@@ -171,35 +186,45 @@ class CaseRunner:
         return None
 
     def _measure(self, case: Case, prepared: Prepared, index: int) -> dict[str, Any]:
+        """The row's measured, rates, conditions and ran parts (by field name), and its backend metadata."""
         t0 = time.perf_counter()
         done = measure_with_retries(self.timer, prepared.fn, self.telemetry, self.config.timing)
         m, telemetry, attempts = done.measurement, done.telemetry, done.attempts
         self._seconds["timing"] = time.perf_counter() - t0
-        metrics: dict[str, Any] = {
-            "latency_us": m.latency_us,
-            "method": m.method,
-            "clock": m.clock,
-            "l2_state": m.details.get("l2_state"),
-            "l2_verified": self.l2_check.get("verified") if self.l2_check else None,
-            "noise": m.summary.get("median_noise"),
-            "summary_us": m.summary,
-            "samples_us": m.samples_us,
-            "warmup": {"calls": m.warmup_calls, "seconds": m.warmup_s},
-            "stop_reason": m.stop_reason,
-            "timing": {**self.config.timing.to_json(), **m.details},
-            "telemetry": {**telemetry, "attempts": attempts},
-            "capped": telemetry["capped"],
-            "backend_meta": dict(prepared.metadata),
+        details = dict(m.details)
+        busy_samples = details.pop("busy_samples_us", None)
+        measured = Measured(
+            latency_us=m.latency_us,
+            busy_us=details.get("busy_us_median"),
+            **({"busy_samples_us": busy_samples} if busy_samples is not None else {}),
+            method=m.method,
+            clock=m.clock,  # type: ignore[arg-type]
+            l2_state=details.get("l2_state"),
+            l2_verified=self.l2_check.get("verified") if self.l2_check else None,
+            noise=json_safe(m.summary.get("median_noise")),
+            summary_us=Summary.model_validate(json_safe(m.summary)),
+            samples_us=m.samples_us,
+            warmup=Warmup(calls=m.warmup_calls, seconds=m.warmup_s),
+            stop_reason=m.stop_reason,
+            timing=TimingInfo.model_validate(json_safe({**self.config.timing.to_json(), **details})),
+        )
+        nbytes = prepared.min_bytes if prepared.min_bytes is not None else case.min_bytes()
+        parts: dict[str, Any] = {
+            "measured": measured,
+            "rates": compute_rates(case.flops(), nbytes, m.latency_us, _peak(case, self.peaks)),
+            "conditions": Conditions(telemetry=Telemetry.model_validate(json_safe({**telemetry, "attempts": attempts})),
+                                     capped=telemetry["capped"]),
+            "extra": json_safe(dict(prepared.metadata)),
         }
-        metrics.update(_rates(case, m.latency_us, self.peaks, prepared.min_bytes))
         if self.device.kind == "cuda":
             t0 = time.perf_counter()
             try:
-                metrics.update(self._profile(prepared, m, index))
+                ran = self._profile(prepared, m, index)
             except Exception as err:  # noqa: BLE001 - the timing stands; what failed after it is said beside it
-                metrics["profile_error"] = f"{type(err).__name__}: {str(err).strip()[:300]}"
+                ran = {"profile_error": f"{type(err).__name__}: {str(err).strip()[:300]}"}
+            parts["ran"] = WhatRan.model_validate(json_safe(ran))
             self._seconds["profile"] = time.perf_counter() - t0
-        return metrics
+        return parts
 
     def _profile(self, prepared: Prepared, m: Measurement, index: int) -> dict[str, Any]:
         """The per-kernel breakdown, the `--trace` file, and the `--counters` replay (CUDA only)."""

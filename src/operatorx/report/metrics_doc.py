@@ -1,0 +1,129 @@
+"""docs/metrics.md, generated from the row model (operatorx.result): every key, its unit and meaning.
+
+`python -m operatorx.result` prints it; `--write` rewrites docs/metrics.md; `--check` exits 1 when
+the committed file differs (a test runs the same comparison).
+"""
+
+from __future__ import annotations
+
+import sys
+import typing
+from pathlib import Path
+from typing import Any, Optional, Union
+
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+
+from operatorx import result as rm
+
+__all__ = ["metrics_markdown", "DOC_PATH", "main"]
+
+DOC_PATH = Path(__file__).resolve().parents[3] / "docs" / "metrics.md"
+
+_HEAD = """\
+# What a row's `metrics` holds
+
+<!-- Generated from src/operatorx/result.py by `python -m operatorx.result --write`; edit the field
+descriptions there, not this file (tests/test_result.py fails when the two differ). -->
+
+A result document has one object per case (`rows[i]`): `op` (type, args, backend, sources), `label`,
+`status` (`ok`, `unsupported`, `error`, `missing`: planned and not finished), `testlist`,
+`case_index`, `side` (which side of an A/B; empty otherwise), `error_kind` (for `error`: `exception`,
+`timeout`, `crashed`, `cuda_fault`, `oom`, `leak`, `check`), `message`, and `metrics`, described
+here. Every number can be traced to the raw samples stored beside it. Keys are written only when the
+row has them: an `unsupported` row has no `latency_us`.
+
+In Python (`operatorx.result.Row`) the keys are grouped into typed parts, named in each heading;
+in the document they sit side by side in `metrics`.
+
+**Span or busy.** `latency_us` is the span of a call, from its first kernel's start to its last
+kernel's end: what a caller waits for, and what a CUDA graph or a server replays. `busy_us` is the
+time some kernel of the call was running: what Nsight Compute's sum of kernel durations compares
+with. They differ by the GPU's idle gaps between the call's kernels (about 1.3 µs per boundary on
+an H200 in eager mode). Tables show busy and gaps beside the span where they differ by more than
+3%; `--report busy` makes busy time the headline (and the rates follow it).
+"""
+
+_SECTIONS: tuple[tuple[str, str, type[BaseModel]], ...] = (
+    ("The number and how it was taken", "Row.measured", rm.Measured),
+    ("Rates", "Row.rates", rm.Rates),
+    ("Conditions", "Row.conditions", rm.Conditions),
+    ("What ran", "Row.ran", rm.WhatRan),
+)
+_ROW_KEYS = ("scheme", "check", "host", "case_seconds", "worker", "extra", "traceback", "ab")
+_PARTS: tuple[tuple[str, type[BaseModel]], ...] = (
+    ("`summary_us`", rm.Summary), ("`warmup`", rm.Warmup), ("`timing`", rm.TimingInfo), ("`peak`", rm.Peak),
+    ("`telemetry`", rm.Telemetry), ("`profile`", rm.KernelProfile), ("`profile.kernels[]`", rm.Kernel),
+    ("`check`", rm.CheckResult), ("`host`", rm.HostTime), ("`case_seconds`", rm.CaseSeconds),
+    ("`worker`", rm.WorkerDevice),
+)
+
+
+def _type_name(annotation: Any) -> str:
+    origin = typing.get_origin(annotation)
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if origin is Union or origin is Optional:
+        return _type_name(args[0]) if len(args) == 1 else " or ".join(_type_name(a) for a in args)
+    if origin is typing.Literal:
+        return " or ".join(f"`{a}`" for a in typing.get_args(annotation))
+    if origin in (list, tuple):
+        return f"list of {_type_name(args[0])}" if args else "list"
+    if origin is dict:
+        return "object"
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return "object"
+    return {float: "number", int: "integer", str: "text", bool: "true/false"}.get(annotation, str(annotation))
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _line(key: str, info: FieldInfo) -> str:
+    extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+    unit = str(extra.get("unit") or "")
+    return (f"| `{key}` | {_type_name(info.annotation)} | {unit or '-'} | "
+            f"{_cell(info.description or '')} |")
+
+
+def _table(fields: list[tuple[str, FieldInfo]]) -> list[str]:
+    return ["| key | type | unit | meaning |", "| --- | --- | --- | --- |", *(_line(k, f) for k, f in fields)]
+
+
+def metrics_markdown() -> str:
+    """The text of docs/metrics.md."""
+    lines = [_HEAD]
+    for title, where, model in _SECTIONS:
+        lines += [f"## {title} (`{where}`)", ""]
+        doc = (model.__doc__ or "").strip()
+        if doc and not doc.startswith(model.__name__ + "("):
+            lines += [doc, ""]
+        lines += [*_table(list(model.model_fields.items())), ""]
+    row_fields = rm.Row.model_fields
+    lines += ["## The rest of the row (fields of `Row`)", "",
+              "`Row.extra` is written `backend_meta`; the others under their own names. Keys this version "
+              "does not know are kept as they came (`Row.other`).", ""]
+    lines += [*_table([("backend_meta" if k == "extra" else k, row_fields[k]) for k in _ROW_KEYS]), ""]
+    lines += ["## Inside the objects", "",
+              "Objects marked open (`timing`, `telemetry`, `profile`, `host`, ...) keep keys their "
+              "measuring code adds beyond these.", ""]
+    for title, model in _PARTS:
+        open_part = issubclass(model, rm.OpenPart)
+        lines += [f"### {title}{' (open)' if open_part else ''}", "", *_table(list(model.model_fields.items())), ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def main(argv: list[str]) -> int:
+    text = metrics_markdown()
+    if "--write" in argv:
+        DOC_PATH.write_text(text, encoding="utf-8")
+        print(f"wrote {DOC_PATH}")
+        return 0
+    if "--check" in argv:
+        same = DOC_PATH.is_file() and DOC_PATH.read_text(encoding="utf-8") == text
+        if not same:
+            print(f"{DOC_PATH} differs from the row model: run `python -m operatorx.result --write`",
+                  file=sys.stderr)
+        return 0 if same else 1
+    sys.stdout.write(text)
+    return 0

@@ -1,0 +1,266 @@
+"""The typed row: exact document round trip, identity, computed rates, and docs/metrics.md from the model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from pydantic import ValidationError
+
+from operatorx.backends import Check, Prepared, register_backend
+from operatorx.report.metrics_doc import DOC_PATH, metrics_markdown
+from operatorx.result import (
+    CheckResult,
+    Measured,
+    Peak,
+    Rates,
+    Row,
+    Summary,
+    TimingInfo,
+    Warmup,
+    compute_rates,
+    json_safe,
+)
+from operatorx.spec import Case
+
+GEMM = Case.model_validate({"type": "gemm", "args": {"m": 1000, "n": 1000, "k": 500, "a": {"dtype": "bf16"},
+                                                     "b": {"dtype": "bf16"}, "out": "bf16"},
+                            "sources": ["org/model/mlp.down_proj"]})
+H200_LIKE = Peak(compute_class="bf16", tflops=1000.0, memory_gbps=5000.0, source="test")
+
+
+def ok_row(**over) -> Row:
+    samples = [10.0, 10.2, 9.9, 10.1, 10.0, 10.05, 9.95]
+    fields = dict(
+        case=GEMM, backend="torch", status="ok", testlist="t", case_index=4, scheme="bf16",
+        measured=Measured(latency_us=10.0, busy_us=8.0, method="cupti_kernels", clock="device", l2_state="cold_clean",
+                          l2_verified=True, noise=0.004, summary_us=Summary(median=10.0, n=7, median_noise=0.004),
+                          samples_us=samples, warmup=Warmup(calls=5, seconds=0.01), stop_reason="noise_target",
+                          timing=TimingInfo.model_validate({"mode": "kernels", "batches": 2, "flush_launch": "graph"})),
+        rates=compute_rates(GEMM.flops(), GEMM.min_bytes(), 10.0, H200_LIKE),
+        check=CheckResult(rel_error=0.001, bound=0.01, rows_checked=8, reference="fp32 matmul", ok=True),
+        extra={"dtype": "torch.bfloat16"},
+    )
+    fields.update(over)
+    return Row(**fields)
+
+
+# --- the document round trip --------------------------------------------------------------------
+
+def test_to_json_from_json_is_an_exact_round_trip():
+    row = ok_row(side="B")
+    doc = row.to_json()
+    back = Row.from_json(json.loads(json.dumps(doc, allow_nan=False)))
+    assert back == row
+    assert back.to_json() == doc
+    assert back.case.sources == row.case.sources
+
+
+def test_the_document_keeps_todays_keys_and_adds_side_and_error_kind():
+    doc = ok_row().to_json()
+    assert set(doc) == {"op", "label", "status", "testlist", "case_index", "side", "error_kind", "metrics"}
+    assert doc["op"] == {"type": "gemm", "args": GEMM.args_dict(), "backend": "torch",
+                         "sources": ["org/model/mlp.down_proj"]}
+    m = doc["metrics"]
+    assert m["latency_us"] == 10.0 and m["busy_us"] == 8.0 and m["backend_meta"] == {"dtype": "torch.bfloat16"}
+    assert m["timing"]["flush_launch"] == "graph"            # open parts keep what the timer added
+    assert m["summary_us"] == {"median": 10.0, "n": 7, "median_noise": 0.004}   # only what was given
+
+
+def test_a_document_from_elsewhere_round_trips_unknown_keys_and_nulls():
+    doc = ok_row().to_json()
+    doc["metrics"]["from_the_future"] = {"x": 1}
+    doc["metrics"]["l2_verified"] = None
+    doc["metrics"]["counters"] = {"duration_us": 9.1, "tool": "ncu"}
+    doc["message"] = "kept"
+    row = Row.from_json(doc)
+    assert row.other == {"from_the_future": {"x": 1}}
+    assert row.ran is not None and row.ran.counters == {"duration_us": 9.1, "tool": "ncu"}
+    assert row.to_json() == doc
+
+
+def test_an_older_document_without_side_or_error_kind_reads():
+    doc = ok_row().to_json()
+    del doc["side"], doc["error_kind"]
+    row = Row.from_json(doc)
+    assert row.side == "" and row.error_kind is None
+
+
+def test_the_metrics_constructor_of_older_callers_is_typed():
+    row = Row(case=GEMM, backend="x", status="ok", testlist="t", case_index=0,
+              metrics={"latency_us": 5.0, "tflops": 1.5, "ab": {"status": "ok"}, "backend_meta": {"k": (1, 2)}})
+    assert row.measured is not None and row.measured.latency_us == 5.0
+    assert row.rates is not None and row.rates.tflops == 1.5 and row.ab == {"status": "ok"}
+    assert row.metrics == {"latency_us": 5.0, "tflops": 1.5, "ab": {"status": "ok"}, "backend_meta": {"k": [1, 2]}}
+
+
+def test_wrong_types_and_non_finite_numbers_are_refused():
+    with pytest.raises(ValidationError):
+        Row.from_json({**ok_row().to_json(), "metrics": {"latency_us": "fast"}})
+    with pytest.raises(ValidationError):
+        Measured(latency_us=float("nan"), samples_us=[])
+    with pytest.raises(ValidationError):
+        ok_row(status="done")
+    with pytest.raises(ValidationError):
+        ok_row(status="error", error_kind="sad")
+
+
+def test_json_safe_turns_what_json_refuses_into_data():
+    assert json_safe({(1, 2): float("inf"), "d": object, "l": (1.5, float("nan"))}) == \
+        {"(1, 2)": None, "d": str(object), "l": [1.5, None]}
+    assert Summary.model_validate(json_safe({"median": 1.0, "median_noise": float("inf")})).median_noise is None
+
+
+# --- identity -----------------------------------------------------------------------------------
+
+def test_key_is_case_backend_side():
+    assert ok_row().key() == (GEMM.key(), "torch", "")
+    assert ok_row(side="A").key() != ok_row(side="B").key()
+
+
+def test_missing_is_a_planned_unfinished_case():
+    row = Row.missing(GEMM, "torch", "t", 7, side="A")
+    assert (row.status, row.case_index, row.side, row.latency_us, row.metrics) == ("missing", 7, "A", None, {})
+    assert Row.from_json(row.to_json()) == row and row.key() == (GEMM.key(), "torch", "A")
+
+
+# --- computed values ----------------------------------------------------------------------------
+
+def test_one_tflop_at_one_ms_is_one_thousand_tflops_per_second():
+    r = compute_rates(10**12, 10**9, 1000.0, None)
+    assert r.tflops == pytest.approx(1000.0, rel=1e-12)         # 1e12 FLOP / 1e-3 s = 1e15 FLOP/s
+    assert r.gbps == pytest.approx(1000.0, rel=1e-12)           # 1e9 B / 1e-3 s = 1e12 B/s
+    assert r.pct_peak is None and r.peak is None
+
+
+def test_rates_are_exactly_work_over_time_and_pct_peak_takes_the_binding_bound():
+    row = ok_row()
+    rates = row.rates
+    assert isinstance(rates, Rates)
+    flops, nbytes = GEMM.flops(), GEMM.min_bytes()
+    assert flops == 2 * 1000 * 1000 * 500
+    assert rates.tflops == pytest.approx(flops / 10e-6 / 1e12, rel=1e-12)
+    assert rates.gbps == pytest.approx(nbytes / 10e-6 / 1e9, rel=1e-12)
+    compute, memory = rates.tflops / 1000.0, rates.gbps / 5000.0
+    assert rates.pct_peak == pytest.approx(100 * max(compute, memory), rel=1e-12)
+    memory_bound = compute_rates(10**6, 10**9, 1000.0, H200_LIKE)        # 1000 GB/s of 5000: 20%
+    assert memory_bound.pct_peak == pytest.approx(20.0, rel=1e-12)
+    no_compute_peak = compute_rates(10**12, 10**3, 1000.0, Peak(tflops=None, memory_gbps=5000.0, source="t"))
+    assert no_compute_peak.pct_peak == pytest.approx(100 * 1e-3 / 5000, rel=1e-9)
+
+
+def test_a_planted_thousandfold_error_fails_the_rate_tests(monkeypatch):
+    import sys
+
+    real = compute_rates
+
+    def planted(flops, min_bytes, time_us, peak):
+        r = real(flops, min_bytes, time_us, peak)
+        return r.model_copy(update={"tflops": r.tflops * 1000, "gbps": r.gbps * 1000})
+
+    monkeypatch.setattr(sys.modules[__name__], "compute_rates", planted)
+    for test in (test_one_tflop_at_one_ms_is_one_thousand_tflops_per_second,
+                 test_rates_are_exactly_work_over_time_and_pct_peak_takes_the_binding_bound):
+        with pytest.raises(AssertionError):
+            test()
+
+
+# --- the row run/case.py builds -----------------------------------------------------------------
+
+class _FixedTimer:
+    """Every call takes exactly 1000 µs of span and 800 µs of busy time."""
+
+    method = "fixed_for_test"
+    flusher = None
+
+    def measure(self, fn, pause_s=0.0):
+        from operatorx.measure import Measurement
+        from operatorx.measure.stats import summarize
+
+        fn()
+        samples = [1000.0] * 12
+        return Measurement(method=self.method, clock="device", samples_us=samples, summary=summarize(samples),
+                           warmup_calls=1, warmup_s=0.0, stop_reason="noise_target",
+                           details={"busy_us_median": 800.0, "busy_samples_us": [800.0] * 12, "l2_state": "warm"})
+
+
+def _runner(backend: str = "torch"):
+    from operatorx.measure import Telemetry, TimingSettings
+    from operatorx.platform import DeviceInfo, Peaks
+    from operatorx.run.case import CaseRunner
+    from operatorx.run.config import RunConfig
+
+    config = RunConfig(testlist="t", backend=backend, device="cpu", timing=TimingSettings(throttle_retries=0))
+    peaks = Peaks({"bf16": 1000.0}, 5000.0, "test peaks")
+    return CaseRunner(config=config, device=DeviceInfo(kind="cpu", name="test cpu"), timer=_FixedTimer(),
+                      telemetry=Telemetry(None), peaks=peaks, testlist="t")
+
+
+def test_the_case_runner_builds_exact_rates_and_busy_from_the_timer():
+    case = Case.model_validate({"type": "gemm", "args": {"m": 8, "n": 64, "k": 32, "a": {"dtype": "bf16"},
+                                                         "b": {"dtype": "bf16"}, "out": "bf16"}})
+    row = _runner().run(case, 3)
+    assert row.status == "ok" and row.error_kind is None, row.message
+    assert row.latency_us == 1000.0 and row.busy_us == 800.0 and row.gaps_us == 200.0
+    assert row.measured is not None and row.measured.busy_samples_us == [800.0] * 12
+    assert row.measured.timing is not None and "busy_samples_us" not in row.metrics["timing"]
+    flops, nbytes = 2 * 8 * 64 * 32, case.min_bytes()
+    m = row.metrics
+    assert m["flops"] == flops and m["min_bytes"] == nbytes
+    assert m["tflops"] == flops / 1e-3 / 1e12                  # FLOP per second, in TFLOP/s: exactly
+    assert m["gbps"] == nbytes / 1e-3 / 1e9
+    assert m["pct_peak"] == pytest.approx(100 * max(m["tflops"] / 1000.0, m["gbps"] / 5000.0), rel=1e-12)
+    assert m["peak"] == {"compute_class": "bf16", "tflops": 1000.0, "memory_gbps": 5000.0, "source": "test peaks"}
+    assert m["worker"] == {"kind": "cpu", "name": "test cpu", "uuid": None, "pci_bus_id": None, "index": None}
+    assert m["scheme"] == "bf16" and m["check"]["ok"] is True and m["case_seconds"]["total"] > 0
+    assert Row.from_json(json.loads(json.dumps(row.to_json(), allow_nan=False))) == row
+
+
+class _Faulting:
+    name, op_type = "rows_fault_for_test", "gemm"
+
+    def supports(self, case, device):
+        return None
+
+    def prepare(self, case, device):
+        return Prepared(fn=self._boom, check=lambda: Check(0.0, 0.01, 1, "planted"))
+
+    @staticmethod
+    def _boom():
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+
+register_backend("rows_fault_for_test", "gemm", _Faulting)
+
+
+def test_a_case_that_raises_is_an_error_row_with_its_kind():
+    row = _runner("rows_fault_for_test").run(GEMM, 0)
+    assert row.status == "error" and row.error_kind == "cuda_fault" and row.traceback
+    assert "illegal memory access" in (row.message or "")
+
+
+def test_busy_gaps_and_the_headline():
+    row = ok_row()
+    assert row.busy_us == 8.0 and row.gaps_us == pytest.approx(2.0) and row.busy_differs()
+    assert row.headline_us("span") == 10.0 and row.headline_us("busy") == 8.0
+    busy = row.rates_at("busy")
+    assert busy is not None and row.rates is not None
+    assert busy.tflops == pytest.approx(row.rates.tflops * 10 / 8, rel=1e-12)
+    close = ok_row(measured=Measured(latency_us=10.0, busy_us=9.8, samples_us=[10.0]))
+    assert not close.busy_differs()                               # 2% < 3%
+    no_busy = ok_row(measured=Measured(latency_us=10.0, samples_us=[10.0]))
+    assert no_busy.headline_us("busy") == 10.0 and no_busy.gaps_us is None
+
+
+# --- docs/metrics.md ----------------------------------------------------------------------------
+
+def test_docs_metrics_md_is_generated_from_the_row_model():
+    committed = DOC_PATH.read_text(encoding="utf-8")
+    assert committed == metrics_markdown(), "docs/metrics.md is stale: run `python -m operatorx.result --write`"
+
+
+def test_docs_metrics_md_names_every_key_of_a_full_row_with_a_unit_column():
+    text = metrics_markdown()
+    for key in ok_row().metrics:
+        assert f"`{key}`" in text
+    assert "| `latency_us` | number | µs |" in text and "| `tflops` | number | TFLOP/s |" in text
