@@ -5,7 +5,7 @@
                                          same package from two checkouts can be A/B'd in one process
     either one may end in [key=value,...]: keyword arguments for FUNC (numbers, true/false, text)
 
-`FUNC(case, device, **kwargs)` prepares its inputs and returns a zero-argument callable that runs
+`FUNC(case, device, **kwargs)` (docs/user-backends.md) prepares its inputs and returns a zero-argument callable that runs
 the op (the timed call), or a full `Prepared` (with its own check and layers), or raises
 `operatorx.backends.Unsupported`. Everything else — timing, telemetry, store — is the built-in path.
 
@@ -141,7 +141,23 @@ def load_user_function(name: str) -> tuple[Callable[..., Any], dict[str, Any], s
     fn = getattr(module, func, None)
     if not callable(fn):
         raise ValueError(f"{name}: {origin} has no function {func!r}")
+    _check_signature(fn, func, settings, name)
     return fn, settings, f"{origin}:{func}"
+
+
+def _check_signature(fn: Callable[..., Any], func: str, settings: dict[str, Any], name: str) -> None:
+    """Refuse, before any case runs, a function that cannot be called as FUNC(case, device, **settings)."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):      # a builtin without a signature: let the first call tell
+        return
+    try:
+        sig.bind(None, None, **settings)
+    except TypeError as err:
+        raise ValueError(f"{name}: {func}{sig} cannot be called as {func}(case, device"
+                         f"{''.join(f', {k}=...' for k in settings)}) ({err}); write "
+                         f"def {func}(case, device{''.join(f', {k}' for k in settings)}) and read the shape "
+                         "from case.args (docs/user-backends.md)") from None
 
 
 def gemm_inputs(case: Case, device: str) -> dict[str, Any]:
