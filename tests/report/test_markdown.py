@@ -1,22 +1,19 @@
 from operatorx.report import rows_markdown
+from tests.report.rows import make_row
 
 
 def _row(status, latency=None, message=None, host=None):
-    metrics = {"scheme": "bf16"}
+    metrics = {}
     if latency is not None:
         metrics.update(latency_us=latency, tflops=1.0, gbps=2.0, pct_peak=3.0, clock="device")
     if host is not None:
         metrics["host"] = {"host_us_per_call": host, "host_bound": host > (latency or 0)}
-    r = {"op": {"type": "gemm", "args": {"m": 1, "n": 2, "k": 3}}, "status": status, "case_index": 0,
-         "metrics": metrics}
-    if message:
-        r["message"] = message
-    return r
+    return make_row(status, message=message, **metrics)
 
 
 def test_markdown_rows_and_reasons():
-    text = rows_markdown([_row("ok", 9.5, host=20.0), _row("unsupported", message="a | b")])
+    text = rows_markdown([_row("ok", 9.5, host=20.0).to_json(), _row("unsupported", message="a | b <i>")])
     lines = text.splitlines()
     assert lines[0].startswith("| # | case | scheme | status | latency_us | host_us |")
     assert "| 9.50 | 20.00 |" in lines[2] and "host-bound" in lines[2]
-    assert "a \\| b" in lines[3]
+    assert "a \\| b &lt;i&gt;" in lines[3]

@@ -1,12 +1,21 @@
-"""What a row's note says about how sure its number is."""
+"""What a row's note says about how sure its number is, and the busy/span columns."""
 
 from __future__ import annotations
 
-from operatorx.report.table import row_note
+from rich.console import Console
+
+from operatorx.report.table import fmt, row_columns, row_note, rows_table
+from tests.report.rows import make_row
 
 
 def _row(**metrics):
-    return {"status": "ok", "metrics": {"latency_us": 10.0, **metrics}}
+    return make_row("ok", **metrics)
+
+
+def _text(table) -> str:
+    console = Console(width=250, record=True)
+    console.print(table)
+    return console.export_text()
 
 
 def test_a_clean_row_has_no_note():
@@ -36,5 +45,46 @@ def test_max_samples_short_of_the_noise_target_shows_the_noise_reached():
 
 
 def test_a_time_capped_row_without_a_known_noise_says_so():
-    note = row_note(_row(stop_reason="time_cap", noise=None, summary_us={"n": 4}))
+    note = row_note(_row(stop_reason="time_cap", noise=None, summary_us={"median": 10.0, "n": 4}))
     assert note == "median noise unknown (4 samples)"
+
+
+def test_missing_and_error_kinds_are_named():
+    assert row_note(make_row("missing")) == "not run: planned, not finished"
+    crashed = make_row("error", "worker exited").model_copy(update={"error_kind": "crashed"})
+    assert row_note(crashed) == "worker exited; error kind: crashed"
+
+
+# --- busy and span ------------------------------------------------------------------------------
+
+FP8_ROWWISE = dict(latency_us=33.2, busy_us=24.1, flops=2 * 7168 * 2048, min_bytes=7168 * 2048 + 2 * 7168 + 2 * 2048,
+                   tflops=2 * 7168 * 2048 / 33.2 / 1e6, gbps=(7168 * 2048 + 2 * 7168 + 2 * 2048) / 33.2 / 1e3,
+                   profile={"calls": 32, "kernels": [{"name": f"k{i}", "count_per_call": 1.0} for i in range(9)]})
+
+
+def test_busy_and_gaps_stand_beside_the_span_where_they_differ_by_more_than_3_percent():
+    multi, single = _row(**FP8_ROWWISE), _row(latency_us=10.0, busy_us=9.8)
+    names = [name for name, _ in row_columns([multi, single])]
+    assert names[4:7] == ["latency_us", "busy_us", "gaps_us"]
+    text = _text(rows_table([multi.to_json(), single.to_json()]))
+    line = next(t for t in text.splitlines() if "33.20" in t)
+    assert "24.10" in line and "9.10" in line and "over 9 kernels (8 boundaries)" in line
+    other = next(t for t in text.splitlines() if "10.00" in t)
+    assert "9.80" not in other                      # within 3%: the span alone
+    assert [name for name, _ in row_columns([single])][4:6] == ["latency_us", "TFLOP/s"]
+
+
+def test_headline_busy_leads_with_busy_time_and_its_rates():
+    row = _row(**FP8_ROWWISE)
+    names = [name for name, _ in row_columns([row], "busy")]
+    assert names[4:7] == ["busy_us", "span_us", "gaps_us"]
+    text = _text(rows_table([row], headline="busy"))
+    span_tflops, busy_tflops = FP8_ROWWISE["tflops"], FP8_ROWWISE["flops"] / 24.1 / 1e6
+    assert fmt(busy_tflops) in text and fmt(span_tflops) not in text
+    cpu = _row(latency_us=5.0, clock="host")
+    assert "busy time unknown: span shown" in row_note(cpu, "busy")
+
+
+def test_rich_markup_and_control_characters_in_a_message_are_printed_as_text():
+    text = _text(rows_table([make_row("unsupported", "[red]no[/red] \x1b[31mkernel")]))
+    assert "[red]no[/red] kernel" in text

@@ -3,24 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
-from operatorx.report.table import row_cells, row_columns, row_note
+from operatorx.report.safe import md_cell
+from operatorx.report.table import RowLike, as_rows, row_cells, row_columns, row_note
+from operatorx.result import Headline
 
 __all__ = ["rows_markdown"]
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
-def rows_markdown(rows: Iterable[dict[str, Any]], note_width: int = 120) -> str:
-    rows = list(rows)
-    columns = row_columns(rows)
-    with_host = ("host_us", "right") in columns
+def rows_markdown(rows: Iterable[RowLike], note_width: int = 120, headline: Headline = "span") -> str:
+    """The columns and notes of `rows_table`; every cell escaped for Markdown (`safe.md_cell`)."""
+    typed = as_rows(rows)
+    columns = row_columns(typed, headline)
     lines = ["| " + " | ".join(name for name, _ in columns) + " |",
              "|" + "|".join("---:" if justify == "right" else "---" for _, justify in columns) + "|"]
-    for r in rows:
-        cells = [*row_cells(r, with_host), row_note(r)[:note_width]]
-        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    for r in typed:
+        cells = [*row_cells(r, columns, headline), row_note(r, headline)[:note_width]]
+        lines.append("| " + " | ".join(md_cell(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"

@@ -1,15 +1,27 @@
-"""Tables of rows for the terminal. Printers format; they never measure or add fields."""
+"""Tables of rows for the terminal. Printers format; they never measure or add fields.
+
+Rows come as typed `Row`s or as their document form (`Row.to_json()`, what `Store.document`
+returns); both are read through the typed model. The headline time is the span (`latency_us`,
+what a caller waits for) unless `headline="busy"` (the time some kernel ran: what a sum of
+kernel durations, as Nsight Compute reports it, compares with). Where the two differ by more
+than 3%, `busy_us` and `gaps_us` stand beside the headline and the note counts the kernels and
+the boundaries between them, so a reader comparing with a profiler sees why.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from rich.table import Table
 
-__all__ = ["rows_table", "layers_table", "fmt", "row_cells", "row_columns", "row_note"]
+from operatorx.report.safe import term
+from operatorx.result import Headline, Row
 
-_STATUS_STYLE = {"ok": "green", "unsupported": "yellow", "error": "red"}
+__all__ = ["rows_table", "layers_table", "fmt", "row_cells", "row_columns", "row_note", "as_rows", "RowLike"]
+
+RowLike = Union[Row, dict[str, Any]]
+_STATUS_STYLE = {"ok": "green", "unsupported": "yellow", "error": "red", "missing": "magenta"}
 
 
 def fmt(value: Optional[float], digits: int = 1) -> str:
@@ -20,103 +32,142 @@ def fmt(value: Optional[float], digits: int = 1) -> str:
     return f"{value:.{digits}f}" if abs(value) >= 1 else f"{value:.3g}"
 
 
-def _label(r: dict[str, Any]) -> str:
-    """The row's case label (Row.to_json writes Case.label()); a short one for older documents."""
-    if r.get("label"):
-        return str(r["label"])
-    op, a = r["op"], r["op"]["args"]
-    if op["type"] == "gemm":
-        return f"gemm {a['m']}x{a['n']}x{a['k']}"
-    e = a["experts"]
-    return f"moe T={a['tokens']} E={e['num']} k={e['top_k']} H={a['hidden']}"
+def as_rows(rows: Iterable[RowLike]) -> list[Row]:
+    """Typed rows from rows or their document form."""
+    return [r if isinstance(r, Row) else Row.from_json(r) for r in rows]
 
 
-def row_note(r: dict[str, Any]) -> str:
+def _kernels_note(r: Row) -> str:
+    """`busy 24.1 µs + gaps 9.1 µs over 9 kernels (8 boundaries)`: why span and busy differ."""
+    text = f"busy {fmt(r.busy_us, 2)} µs + gaps {fmt(r.gaps_us, 2)} µs"
+    profile = r.ran.profile if r.ran else None
+    if profile is not None and profile.kernels:
+        n = profile.kernels_per_call
+        count = f"{n:.0f}" if abs(n - round(n)) < 0.05 else f"{n:.1f}"
+        text += f" over {count} kernels ({max(0.0, n - 1):.0f} boundaries)"
+    return text
+
+
+def row_note(r: RowLike, headline: Headline = "span") -> str:
     """The row's notes, joined: the reason it did not run, and everything to know about its number."""
-    m = r.get("metrics", {})
+    row = r if isinstance(r, Row) else Row.from_json(r)
     notes: list[str] = []
-    if r.get("message"):
-        notes.append(r["message"])
-    host = m.get("host", {})
-    if host.get("host_bound"):
+    if row.status == "missing":
+        notes.append("not run: planned, not finished")
+    if row.message:
+        notes.append(row.message)
+    if row.status == "error" and row.error_kind and row.error_kind not in ("exception", "check"):
+        notes.append(f"error kind: {row.error_kind}")
+    host = row.host
+    if host is not None and host.host_bound:
         notes.append("host-bound")
-    if host.get("warnings"):
-        notes.append("host: " + host["warnings"][0])
-    if r["status"] == "ok":
-        if m.get("check", {}).get("checked") is False:
-            notes.append("output not checked")
-        if m.get("clock") == "host":
-            notes.append("host clock (CPU)")
-        if m.get("capped"):
-            reasons = m.get("telemetry", {}).get("capping_reasons") or ["?"]
-            notes.append("clock capped: " + ",".join(reasons))
-        if m.get("l2_verified") is False:
-            notes.append(f"L2 state {m.get('l2_state')} not verified")
-        if m.get("perturbed"):
-            notes.append("perturbed (ncu)")
-        if m.get("profile_error"):
-            notes.append(f"profile failed: {m['profile_error'][:80]}")
-        timing = m.get("timing") or {}
-        if timing.get("host_gaps_included"):
-            notes.append("host gaps included (op waits on host)")
-        if timing.get("unattributed_activities"):
-            notes.append(f"{timing['unattributed_activities']} device activities unattributed")
-        noise, target = m.get("noise"), timing.get("noise_target")
-        if m.get("stop_reason") == "timeout":
-            notes.append(f"timed out after {m.get('summary_us', {}).get('n', '?')} samples")
-        elif m.get("stop_reason") == "time_cap" and noise is None:
-            notes.append(f"median noise unknown ({m.get('summary_us', {}).get('n', '?')} samples)")
-        elif noise is not None and (m.get("stop_reason") == "time_cap"
-                                    or (m.get("stop_reason") == "max_samples" and target is not None
-                                        and not noise <= target)):
-            notes.append(f"median ±{100 * noise:.1f}%")
+    if host is not None and host.warnings:
+        notes.append("host: " + host.warnings[0])
+    m = row.measured
+    if row.status != "ok" or m is None:
+        return "; ".join(notes)
+    if row.check is not None and row.check.checked is False:
+        notes.append("output not checked")
+    if m.clock == "host":
+        notes.append("host clock (CPU)")
+    if headline == "busy" and m.busy_us is None:
+        notes.append("busy time unknown: span shown")
+    if row.busy_differs():
+        notes.append(_kernels_note(row))
+    cond = row.conditions
+    if cond is not None and cond.capped:
+        reasons = (cond.telemetry.capping_reasons if cond.telemetry else None) or ["?"]
+        notes.append("clock capped: " + ",".join(reasons))
+    if m.l2_verified is False:
+        notes.append(f"L2 state {m.l2_state} not verified")
+    ran = row.ran
+    if ran is not None and ran.perturbed:
+        notes.append("perturbed (ncu)")
+    if ran is not None and ran.profile_error:
+        notes.append(f"profile failed: {ran.profile_error[:80]}")
+    timing = m.timing
+    if timing is not None and timing.host_gaps_included:
+        notes.append("host gaps included (op waits on host)")
+    if timing is not None and timing.unattributed_activities:
+        notes.append(f"{timing.unattributed_activities} device activities unattributed")
+    noise, target = m.noise, timing.noise_target if timing is not None else None
+    n = m.summary_us.n if m.summary_us is not None and m.summary_us.n is not None else "?"
+    if m.stop_reason == "timeout":
+        notes.append(f"timed out after {n} samples")
+    elif m.stop_reason == "time_cap" and noise is None:
+        notes.append(f"median noise unknown ({n} samples)")
+    elif noise is not None and (m.stop_reason == "time_cap"
+                                or (m.stop_reason == "max_samples" and target is not None and not noise <= target)):
+        notes.append(f"median ±{100 * noise:.1f}%")
     return "; ".join(notes)
 
 
-def row_columns(rows: list[dict[str, Any]]) -> list[tuple[str, str]]:
+def row_columns(rows: Iterable[RowLike], headline: Headline = "span") -> list[tuple[str, str]]:
     """(name, justify) of the columns rows_table and rows_markdown print for these rows."""
-    with_host = any("host" in r.get("metrics", {}) for r in rows)
-    columns = [("#", "right"), ("case", "left"), ("scheme", "left"), ("status", "left"), ("latency_us", "right")]
-    if with_host:
+    typed = as_rows(rows)
+    columns = [("#", "right"), ("case", "left"), ("scheme", "left")]
+    if any(r.side for r in typed):
+        columns.append(("side", "left"))
+    columns += [("status", "left"), ("busy_us" if headline == "busy" else "latency_us", "right")]
+    if any(r.busy_differs() for r in typed):
+        columns += [("span_us" if headline == "busy" else "busy_us", "right"), ("gaps_us", "right")]
+    if any(r.host is not None for r in typed):
         columns.append(("host_us", "right"))
     return [*columns, ("TFLOP/s", "right"), ("GB/s", "right"), ("% peak", "right"), ("note", "left")]
 
 
-def row_cells(r: dict[str, Any], with_host: bool, status: Optional[str] = None) -> list[str]:
-    m = r.get("metrics", {})
-    cells = [str(r.get("case_index", "")), _label(r), m.get("scheme", ""), status or r["status"],
-             fmt(m.get("latency_us"), 2)]
-    if with_host:
-        cells.append(fmt(m.get("host", {}).get("host_us_per_call"), 2))
-    return [*cells, fmt(m.get("tflops")), fmt(m.get("gbps")), fmt(m.get("pct_peak"))]
+def row_cells(r: RowLike, columns: list[tuple[str, str]], headline: Headline = "span",
+              status: Optional[str] = None) -> list[str]:
+    """The row's cells for `columns` (without the note), as plain text."""
+    row = r if isinstance(r, Row) else Row.from_json(r)
+    rates = row.rates_at(headline)
+    differs = row.busy_differs()
+    values: dict[str, str] = {
+        "#": str(row.case_index),
+        "case": row.case.label(),
+        "scheme": row.scheme or row.case.scheme(),
+        "side": row.side,
+        "status": status or row.status,
+        "latency_us": fmt(row.latency_us, 2),
+        "busy_us": fmt(row.headline_us("busy") if headline == "busy" else row.busy_us if differs else None, 2),
+        "span_us": fmt(row.latency_us if differs else None, 2),
+        "gaps_us": fmt(row.gaps_us if differs else None, 2),
+        "host_us": fmt(row.host.host_us_per_call if row.host else None, 2),
+        "TFLOP/s": fmt(rates.tflops if rates else None),
+        "GB/s": fmt(rates.gbps if rates else None),
+        "% peak": fmt(rates.pct_peak if rates else None),
+    }
+    return [values[name] for name, _ in columns if name != "note"]
 
 
-def rows_table(rows: Iterable[dict[str, Any]], title: Optional[str] = None, message_width: int = 60) -> Table:
-    """One line per row of a result document (the JSON form of Row)."""
-    rows = list(rows)
-    columns = row_columns(rows)
-    with_host = ("host_us", "right") in columns
-    t = Table(title=title, show_lines=False)
+def rows_table(rows: Iterable[RowLike], title: Optional[str] = None, message_width: int = 60,
+               headline: Headline = "span") -> Table:
+    """One line per row; `headline` picks the leading time (`span` or `busy`) and the rates' time."""
+    typed = as_rows(rows)
+    columns = row_columns(typed, headline)
+    t = Table(title=term(title) if title is not None else None, show_lines=False)
     for name, justify in columns:
         t.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
-    for r in rows:
-        style = _STATUS_STYLE.get(r["status"], "")
-        t.add_row(*row_cells(r, with_host, f"[{style}]{r['status']}[/{style}]"), row_note(r)[:message_width])
+    for r in typed:
+        style = _STATUS_STYLE.get(r.status, "")
+        cells = [term(c) for c in row_cells(r, columns, headline)]
+        status_at = [name for name, _ in columns].index("status")
+        cells[status_at] = f"[{style}]{r.status}[/{style}]" if style else r.status
+        t.add_row(*cells, term(row_note(r, headline)[:message_width]))
     return t
 
 
-def layers_table(rows: Iterable[dict[str, Any]]) -> Optional[Table]:
+def layers_table(rows: Iterable[RowLike]) -> Optional[Table]:
     """Host µs per call of each layer, one line per (case, layer); None when no row has layers."""
     t = Table(title="host time by layer", show_lines=False)
     for name, justify in (("#", "right"), ("case", "left"), ("layer", "left"), ("host_us", "right"),
                           ("iqr_us", "right"), ("output vs public", "left")):
         t.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
     any_layer = False
-    for r in rows:
-        host = r.get("metrics", {}).get("host", {})
-        for name, info in host.get("layers", {}).items():
+    for r in as_rows(rows):
+        for name, info in ((r.host.layers if r.host else None) or {}).items():
             any_layer = True
             vs = info.get("error") or info.get("output_vs_public", {}).get("result") or info.get("same_as", "")
-            t.add_row(str(r.get("case_index", "")), _label(r), name, fmt(info.get("host_us_per_call"), 2),
-                      fmt(info.get("iqr_us"), 2), str(vs)[:80])
+            t.add_row(str(r.case_index), term(r.case.label()), term(name), fmt(info.get("host_us_per_call"), 2),
+                      fmt(info.get("iqr_us"), 2), term(str(vs)[:80]))
     return t if any_layer else None
