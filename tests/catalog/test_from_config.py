@@ -51,8 +51,31 @@ def _write(tmp_path, **changes):
 
 
 def test_missing_field_names_it(tmp_path):
-    with pytest.raises(CatalogError, match="num_key_value_heads"):
-        from_config(_write(tmp_path, num_key_value_heads=None), "bf16", 1)
+    with pytest.raises(CatalogError, match="vocab_size"):
+        from_config(_write(tmp_path, vocab_size=None), "bf16", 1)
+
+
+def test_moe_without_norm_topk_prob_is_an_error(tmp_path, fixtures):
+    """Renormalization changes the combine weights: an unknown model type without it is not guessed."""
+    config = json.loads((fixtures / "moe_shared_config.json").read_text())
+    del config["norm_topk_prob"]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    with pytest.raises(CatalogError, match="norm_topk_prob"):
+        from_config(path, "bf16", 1)
+
+
+def test_glm4_moe_config_runs_its_router_gate_in_fp32(tmp_path, fixtures):
+    """The implementation table (vLLM Glm4MoE: fp32 nn.Linear) decides the router gate, not --scheme."""
+    config = json.loads((fixtures / "moe_shared_config.json").read_text())
+    config.update(model_type="glm4_moe", n_routed_experts=config.pop("num_experts"), scoring_func="sigmoid")
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    cases = from_config(path, "fp8_block", 1, ms=[1])
+    gate = next(c for c in cases if c.sources[0].endswith("/mlp.gate")).args
+    assert (gate.a.dtype, gate.b.dtype, gate.out) == ("fp32", "fp32", "fp32")
+    moe = next(c for c in cases if c.type == "moe").args
+    assert (moe.router.gate.dtype, moe.router.gate.logits, moe.router.bias) == ("fp32", "fp32", True)
 
 
 def test_unknown_architecture(tmp_path):

@@ -103,7 +103,7 @@ def test_deepseek_v4_operand_types_and_hash_layers():
     hc = by_role["hc_attn_fn"].args
     assert (hc.a.dtype, hc.b.dtype, hc.out) == ("fp32", "fp32", "fp32")
     hashed = by_role["ffn.experts:hash"].args.router
-    assert hashed.select.kind == "hash" and hashed.select.vocab == 129280 and hashed.bias is None
+    assert hashed.select.kind == "hash" and hashed.select.vocab == 129280 and hashed.bias is False
     assert by_role["ffn.experts"].args.router.bias is True
 
 

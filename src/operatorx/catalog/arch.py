@@ -8,6 +8,7 @@ an expert count means MoE, `linear_num_value_heads` gated-delta-net linear atten
 
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -25,7 +26,7 @@ _ALIASES: dict[str, tuple[str, ...]] = {
 #: Facts a model's reference implementation fixes when its config.json does not say them.
 IMPLEMENTATION_KEYS = (
     "scoring_func", "e_score_correction_bias", "norm_topk_prob", "activation", "gate_dtype",
-    "shared_expert_gate", "moe_intermediate_from", "qkv_bias", "gate_logits",
+    "shared_expert_gate", "moe_intermediate_from", "qkv_bias", "gate_logits", "mxfp4_inter_align",
 )
 
 
@@ -79,7 +80,7 @@ class Arch:
     def has_linear_attention(self) -> bool:
         return self.config.get("linear_num_value_heads") is not None
 
-    def head_dim(self, needed_for: str) -> int:
+    def head_dim(self, needed_for: str) -> builtins.int:
         """`head_dim` when given, else hidden / heads (what transformers derives)."""
         if self.config.get("head_dim") is not None:
             return self.int("head_dim", needed_for)
@@ -90,7 +91,7 @@ class Arch:
                                f"and config has no head_dim ({self.origin})")
         return hidden // heads
 
-    def moe_inter(self, needed_for: str) -> int:
+    def moe_inter(self, needed_for: str) -> builtins.int:
         """Per-expert intermediate size: `moe_intermediate_size`, or `intermediate_size` in
         families whose experts use it (Mixtral, gpt-oss: no separate moe key)."""
         if self.config.get("moe_intermediate_size") is not None:
@@ -101,7 +102,7 @@ class Arch:
             return self.int("intermediate_size", needed_for)
         raise MissingField("moe_intermediate_size", f"{needed_for} ({self.origin})")
 
-    def dense_layers(self) -> int:
+    def dense_layers(self) -> builtins.int:
         """How many decoder layers run a dense MLP (0 when unknown for a MoE model)."""
         if not self.is_moe:
             return self.opt("num_hidden_layers", 1) or 1

@@ -17,6 +17,7 @@ from typing import Any
 from operatorx.catalog.arch import Arch, read_arch
 from operatorx.catalog.errors import CatalogError
 from operatorx.catalog.implementations import implementation_for
+from operatorx.catalog.moe_layer import gate_dtype_of
 from operatorx.catalog.schemes import RoleSchemes, role_schemes
 
 __all__ = ["Checkpoint", "load_catalog", "find_checkpoints"]
@@ -54,10 +55,15 @@ def _parse(data: dict[str, Any], where: str) -> Checkpoint:
     impl = {**implementation_for(text.get("model_type")), **data.get("implementation", {})}
     arch = read_arch(config, data["id"], impl)
     schemes, variants = {}, {}
+    gate = gate_dtype_of(arch) if arch.is_moe else None
     for name, spec in data["schemes"].items():
         schemes[name] = role_schemes(name, spec, where)
         if "checkpoint" in spec:
             variants[name] = spec["checkpoint"]
+        router = schemes[name]["router"].name
+        if gate is not None and router != gate:
+            raise CatalogError(f"{where}: scheme '{name}' runs the router gate GEMM as '{router}' but the MoE "
+                               f"layer's gate is {gate} (implementation gate_dtype); make them agree")
     return Checkpoint(id=data["id"], family=data["family"], facts_from=tuple(data["facts_from"]), tps=tps,
                       arch=arch, schemes=schemes, scheme_checkpoints=variants,
                       moe_routing_sweep=bool(data.get("moe_routing_sweep", False)))

@@ -21,7 +21,7 @@ from operatorx.catalog.checkpoints import Checkpoint, find_checkpoints
 from operatorx.catalog.errors import CatalogError, CatalogWarning, MissingField
 from operatorx.catalog.gemm_roles import gemm_shapes, mlp_prefix
 from operatorx.catalog.implementations import implementation_for
-from operatorx.catalog.moe_layer import moe_args
+from operatorx.catalog.moe_layer import experts_inter, gate_dtype_of, moe_args
 from operatorx.catalog.schemes import ROLES, RoleSchemes, preset
 from operatorx.spec import Case, merge_cases
 
@@ -65,11 +65,13 @@ def moe_cases(arch: Arch, schemes: RoleSchemes, source_id: str, tp: int, tokens:
     """MoE layer cases of one checkpoint scheme at one TP; empty for dense models.
 
     A checkpoint with `num_hash_layers` (DeepSeek-V4) also gets its hash-routed layers, cited
-    as `<prefix>.experts:hash`.
+    as `<prefix>.experts:hash`. When vLLM pads the per-rank expert intermediate size (MXFP4
+    experts, see moe_layer), the case runs the padded size and its role says
+    `<prefix>.experts:padded-from-<per-rank size>`.
     """
     if not arch.is_moe:
         return []
-    out = []
+    out: list[Case] = []
     kinds = [False] + ([True] if arch.opt("num_hash_layers") else [])
     prefix = mlp_prefix(arch)
     for t in tokens:
@@ -84,6 +86,9 @@ def moe_cases(arch: Arch, schemes: RoleSchemes, source_id: str, tp: int, tokens:
                     notes.append(f"{arch.origin}: MoE layer not produced: {err}")
                     return out
                 role = f"{prefix}.experts:hash" if hashed else f"{prefix}.experts"
+                run_inter, inter = experts_inter(arch, schemes["experts"], tp)
+                if run_inter != inter:  # vLLM pads the per-rank intermediate size; say so in the source
+                    role += f":padded-from-{inter}"
                 case = _case("moe", args, f"{source_id}/{role}", notes)
                 if case is not None:
                     out.append(case)
@@ -134,7 +139,8 @@ def generate(models: Sequence[str] | None = None, tps: Sequence[int] | None = No
 def from_config(path: str | Path, scheme: str, tp: int, ms: Sequence[int] | None = None,
                 moe_tokens: Sequence[int] = MOE_TOKENS) -> list[Case]:
     """Cases for a user's config.json read offline, every role in `scheme` except the router
-    gate and lm_head, which stay bf16 as vLLM leaves them. Strict: gaps are errors."""
+    gate (in the dtype the model's implementation runs it: bf16 unless the implementation
+    table says fp32) and lm_head (bf16), which vLLM builds unquantized. Strict: gaps are errors."""
     _check_tps([tp])
     path = Path(path)
     try:
@@ -149,9 +155,11 @@ def from_config(path: str | Path, scheme: str, tp: int, ms: Sequence[int] | None
         raise CatalogError(f"{path}: a config.json is a JSON object, got {type(config).__name__}")
     chosen = preset(scheme, "--scheme")
     bf16 = preset("bf16", "--scheme")
-    role_map = RoleSchemes(scheme, {r: bf16 if r in ("router", "lm_head") else chosen for r in ROLES})
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
     arch = read_arch(config, str(path), implementation_for(text.get("model_type") if isinstance(text, dict) else None))
+    router = preset(gate_dtype_of(arch), "router gate dtype")
+    role_map = RoleSchemes(scheme, {r: router if r == "router" else bf16 if r == "lm_head" else chosen
+                                    for r in ROLES})
     name = config.get("_name_or_path") or path.parent.name or path.stem
     notes: list[str] = []
     cases = gemm_cases(arch, role_map, str(name), tp, tuple(ms) if ms else DECODE_M + PREFILL_M, True, notes)

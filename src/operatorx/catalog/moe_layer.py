@@ -4,6 +4,18 @@ Under TP without expert parallelism vLLM's FusedMoE keeps every expert on every 
 splits each expert's intermediate size, so `experts.inter` and `shared.inter` are per rank
 and `hidden` stays whole. The router reads the config: sigmoid/softmax/sqrtsoftplus scoring,
 grouped top-k when `n_group` > 1, a score-correction bias for `noaux_tc`, the routed scale.
+
+Every field that changes what the layer computes is written, never left to a reader's
+default: the gate's weight and logits dtypes, `bias`, `renormalize`, `scale`,
+`weight_on_input`, the activation's `gated`/`interleaved` (and its limit when it has one),
+the experts' `bias`. A fact neither config.json nor the implementation table states is a
+MissingField, not a guess.
+
+MXFP4 experts (gpt-oss): vLLM 0.26 rounds the per-rank intermediate size up to its MXFP4
+backend's alignment when it builds the layer (`mxfp4_round_up_hidden_size_and_intermediate_size`
+in fused_moe/oracle/mxfp4.py: 64 for the OAI-Triton backend an H200 without FlashInfer
+runs), so 2880/4 = 720 runs as 768 and 2880/8 = 360 as 384, the padding rows zero. The case
+carries the padded size; `moe_args` reports the unpadded one so the caller can note it.
 """
 
 from __future__ import annotations
@@ -15,7 +27,7 @@ from operatorx.catalog.errors import MissingField
 from operatorx.catalog.gemm_roles import split
 from operatorx.catalog.schemes import Scheme
 
-__all__ = ["moe_args", "ROUTING_DISTRIBUTIONS"]
+__all__ = ["moe_args", "experts_inter", "gate_dtype_of", "ROUTING_DISTRIBUTIONS"]
 
 #: The distributions the format names; zipf with s=1.2 as the skewed case.
 ROUTING_DISTRIBUTIONS: tuple[Any, ...] = ("natural", "balanced", "single_hot", {"kind": "zipf", "s": 1.2})
@@ -33,36 +45,53 @@ def _router(arch: Arch, hash_routed: bool = False) -> dict[str, Any]:
         select = {"kind": "hash", "vocab": arch.int("vocab_size", "hash-routed MoE layers (tid2eid rows)")}
     elif groups > 1:
         select = {"kind": "grouped_topk", "groups": groups, "topk_groups": arch.int("topk_group", what)}
-    gate: dict[str, Any] = {"dtype": arch.opt("gate_dtype", "bf16")}
-    if arch.opt("gate_logits") is not None:
-        gate["logits"] = arch.opt("gate_logits")
+    gate_dtype = gate_dtype_of(arch)
+    gate: dict[str, Any] = {"dtype": gate_dtype, "logits": arch.opt("gate_logits") or gate_dtype}
     router: dict[str, Any] = {"gate": gate, "scoring": scoring, "select": select}
     bias = arch.opt("e_score_correction_bias")
-    if bias is None and arch.opt("topk_method") == "noaux_tc":
-        bias = True
-    if hash_routed:
-        bias = None
-    if bias is not None:
-        router["bias"] = bool(bias)
-    if arch.has("norm_topk_prob"):
-        router["renormalize"] = bool(arch.get("norm_topk_prob", what))
-    scale = arch.opt("routed_scaling_factor")
-    if scale is not None and float(scale) != 1.0:
-        router["scale"] = float(scale)
+    if bias is None:
+        bias = arch.opt("topk_method") == "noaux_tc"
+    router["bias"] = bool(bias) and not hash_routed
+    router["renormalize"] = bool(arch.get("norm_topk_prob", f"{what}'s top-k renormalization"))
+    router["scale"] = float(arch.opt("routed_scaling_factor", 1.0) or 1.0)
+    router["weight_on_input"] = False
     return router
+
+
+def gate_dtype_of(arch: Arch) -> str:
+    """The router gate's weight/compute dtype: the implementation's `gate_dtype`, else bf16
+    (vLLM's GateLinear/ReplicatedLinear in the model dtype, built with quant_config=None)."""
+    return str(arch.opt("gate_dtype", "bf16"))
 
 
 def _activation(arch: Arch) -> dict[str, Any]:
     act = arch.opt("activation")
     if act is not None:
-        return dict(act)
+        out = dict(act)
+        out.setdefault("gated", True)
+        out.setdefault("interleaved", False)
+        return out
     hidden_act = arch.get("hidden_act", "the expert activation")
     if hidden_act != "silu":
         raise MissingField("activation", f"experts with hidden_act={hidden_act!r} ({arch.origin})")
-    out: dict[str, Any] = {"kind": "silu", "gated": True}
+    out = {"kind": "silu", "gated": True, "interleaved": False}
     if arch.opt("swiglu_limit") is not None:
         out["limit"] = float(arch.get("swiglu_limit", ""))
     return out
+
+
+def round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def experts_inter(arch: Arch, experts: Scheme, tp: int) -> tuple[int, int]:
+    """(the per-rank expert intermediate size the layer runs, the unpadded per-rank size)."""
+    per_rank = split(arch.moe_inter("the MoE layer"), tp, "moe_intermediate_size", arch.origin)
+    align = arch.opt("mxfp4_inter_align")
+    is_mxfp4 = experts.b.get("dtype") == "e2m1" and (experts.b.get("scale") or {}).get("dtype") == "ue8m0"
+    if align and is_mxfp4:
+        return round_up(per_rank, int(align)), per_rank
+    return per_rank, per_rank
 
 
 def moe_args(arch: Arch, experts: Scheme, shared: Scheme, tp: int, tokens: int,
@@ -70,14 +99,16 @@ def moe_args(arch: Arch, experts: Scheme, shared: Scheme, tp: int, tokens: int,
     """The `moe` args of one layer at `tp` for `tokens` tokens; MissingField names a gap."""
     what = "the MoE layer"
     inter = arch.moe_inter(what)
+    run_inter, _ = experts_inter(arch, experts, tp)
     args: dict[str, Any] = {
         "tokens": tokens,
         "hidden": arch.int("hidden_size", what),
         "experts": {
             "num": arch.int("num_experts", what),
             "top_k": arch.int("top_k", what),
-            "inter": split(inter, tp, "moe_intermediate_size", arch.origin),
+            "inter": run_inter,
             "a1": experts.a, "w1": experts.b, "w2": experts.b, "a2": experts.a,
+            "bias": arch.config.get("model_type") == "gpt_oss",
         },
         "router": _router(arch, hash_routed),
         "activation": _activation(arch),
@@ -85,8 +116,6 @@ def moe_args(arch: Arch, experts: Scheme, shared: Scheme, tp: int, tokens: int,
         "routing": {"distribution": distribution, "seed": seed},
         "parallel": {"tp": tp},
     }
-    if arch.config.get("model_type") == "gpt_oss":
-        args["experts"]["bias"] = True
     if arch.opt("shared_expert_intermediate_size"):
         s_inter = arch.int("shared_expert_intermediate_size", "shared expert")
         args["shared"] = {"count": 1, "inter": split(s_inter, tp, "shared_expert_intermediate_size", arch.origin),

@@ -3,6 +3,9 @@
 - `gemm`: every checkpoint x scheme x deployed TP x M (decode 1..256, prefill 512..32768).
 - `gemm_perf`: a short bf16 list for quick perf runs: one model per family shape class at
   its smallest deployed TP, a few decode and prefill M.
+- `gemm_fp8`: the pinned FP8 cases (gemm_fp8_pinned.json: per-tensor, per-channel, DeepSeek
+  block and ue8m0 cases whose args and order stay fixed), then every FP8 GEMM role of the
+  checkpoints in GEMM_FP8 at their deployed TP over a few M.
 - `moe_small`: one layer per MoE checkpoint scheme at tokens=1 (smallest deployed TP); one
   checkpoint per family swept over 8/64/512/2048; the checkpoints flagged
   `moe_routing_sweep` under every routing distribution.
@@ -12,8 +15,10 @@ Rebuild with `python -m operatorx.catalog` (writes src/operatorx/testlists/).
 
 from __future__ import annotations
 
+import json
 import warnings
 from collections.abc import Callable
+from importlib import resources
 from pathlib import Path
 
 from operatorx.catalog.checkpoints import load_catalog
@@ -21,8 +26,9 @@ from operatorx.catalog.errors import CatalogError, CatalogWarning
 from operatorx.catalog.generate import generate, moe_cases
 from operatorx.catalog.moe_layer import ROUTING_DISTRIBUTIONS
 from operatorx.spec import Case, dump_testlist, merge_cases
+from operatorx.spec.gemm import GemmArgs
 
-__all__ = ["SHIPPED", "build_shipped", "write_shipped", "GEMM_PERF"]
+__all__ = ["SHIPPED", "build_shipped", "write_shipped", "GEMM_PERF", "GEMM_FP8"]
 
 #: gemm_perf: (checkpoint id, TP, role, M values), bf16, ~20 cases: MLA, large/small GQA,
 #: dense MLP and lm_head shapes over decode M 1..64 and prefill up to 32768.
@@ -39,6 +45,12 @@ GEMM_PERF = (
 )
 SWEEP_TOKENS = (8, 64, 512, 2048)
 
+#: gemm_fp8's catalog part: (checkpoint id, scheme name, M values); every role the scheme
+#: runs in FP8 (router gate and lm_head stay bf16 and are left out) at each deployed TP.
+GEMM_FP8 = (
+    ("moonshotai/Kimi-K2-Instruct", "fp8_block", (1, 128, 4096)),
+)
+
 
 def _gemm() -> list[Case]:
     return generate()
@@ -50,7 +62,7 @@ def _gemm_perf() -> list[Case]:
         cases = [c for c in generate([model], [tp], ms) if c.sources[0].rsplit("/", 1)[-1] == role]
         if not cases:
             raise CatalogError(f"gemm_perf: {model} has no role {role} at tp={tp}")
-        picked += [_as_bf16(c) for c in cases]
+        picked += [_as_bf16(c).with_sources([f"{model}/{role}"]) for c in cases]
     # Synthetic (no sources): the square GEMM that reads the card's bf16 matrix ceiling.
     picked.append(Case.model_validate({"type": "gemm", "sources": [], "args": {
         "m": 8192, "n": 8192, "k": 8192, "a": {"dtype": "bf16"}, "b": {"dtype": "bf16"}, "out": "bf16"}}))
@@ -62,6 +74,18 @@ def _as_bf16(case: Case) -> Case:
     args = case.args_dict()
     args["a"] = args["b"] = {"dtype": "bf16"}
     return Case.model_validate({"type": "gemm", "args": args, "sources": case.sources})
+
+
+def _gemm_fp8() -> list[Case]:
+    text = (resources.files("operatorx.catalog") / "gemm_fp8_pinned.json").read_text()
+    cases = [Case.model_validate(c) for c in json.loads(text)["cases"]]
+    for model, scheme, ms in GEMM_FP8:
+        made = [c for c in generate([model], None, ms, schemes=[scheme])
+                if isinstance(c.args, GemmArgs) and c.args.b.dtype in ("e4m3", "e5m2")]
+        if not made:
+            raise CatalogError(f"gemm_fp8: {model} scheme {scheme} has no FP8 GEMM role")
+        cases += made
+    return merge_cases(cases)
 
 
 def _moe_small() -> list[Case]:
@@ -86,7 +110,8 @@ def _moe_small() -> list[Case]:
     return merge_cases(cases)
 
 
-SHIPPED: dict[str, Callable[[], list[Case]]] = {"gemm": _gemm, "gemm_perf": _gemm_perf, "moe_small": _moe_small}
+SHIPPED: dict[str, Callable[[], list[Case]]] = {"gemm": _gemm, "gemm_perf": _gemm_perf, "gemm_fp8": _gemm_fp8,
+                                                 "moe_small": _moe_small}
 
 
 def build_shipped() -> dict[str, list[Case]]:
