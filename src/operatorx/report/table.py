@@ -15,6 +15,7 @@ from typing import Any, Optional, Union
 
 from rich.table import Table
 
+from operatorx.report.fit import FitTable, column_options
 from operatorx.report.safe import term
 from operatorx.result import Headline, Row
 
@@ -140,20 +141,21 @@ def row_cells(r: RowLike, columns: list[tuple[str, str]], headline: Headline = "
     return [values[name] for name, _ in columns if name != "note"]
 
 
-def rows_table(rows: Iterable[RowLike], title: Optional[str] = None, message_width: int = 60,
+def rows_table(rows: Iterable[RowLike], title: Optional[str] = None, message_width: Optional[int] = None,
                headline: Headline = "span") -> Table:
     """One line per row; `headline` picks the leading time (`span` or `busy`) and the rates' time."""
     typed = as_rows(rows)
     columns = row_columns(typed, headline)
-    t = Table(title=term(title) if title is not None else None, show_lines=False)
-    for name, justify in columns:
-        t.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    t = FitTable(title=term(title) if title is not None else None, show_lines=False)
+    for name, justify in columns:   # numbers never split; the note wraps, or folds below (report/fit.py)
+        t.add_column(name, justify=justify, **column_options(name))  # type: ignore[arg-type]
     for r in typed:
         style = _STATUS_STYLE.get(r.status, "")
         cells = [term(c) for c in row_cells(r, columns, headline)]
         status_at = [name for name, _ in columns].index("status")
         cells[status_at] = f"[{style}]{r.status}[/{style}]" if style else r.status
-        t.add_row(*cells, term(row_note(r, headline)[:message_width]))
+        note = row_note(r, headline)
+        t.add_row(*cells, term(note if message_width is None else note[:message_width]))
     return t
 
 
