@@ -204,12 +204,11 @@ def test_unreadable_csv_names_the_file_and_leaves_the_rows(tmp_path, fake_ncu, c
 
 def test_patch_metrics_merges_into_one_run_only(tmp_path):
     store = Store(str(tmp_path / "p.db"))
-    case = Case.model_validate(gemm())
     for run in ("a", "b"):
         store.begin_run(run, "2026-01-01T00:00:00", "t", "torch", "cpu", {})
-        for i in range(2):
-            store.add_row(run, Row(case=case, backend="torch", status="ok", testlist="t", case_index=i,
-                                   metrics={"latency_us": 1.0, "scheme": "bf16"}))
+        for i in range(2):            # two cases: a row's identity is (case, backend, side) within a run
+            store.add_row(run, Row(case=Case.model_validate(gemm(m=i + 1)), backend="torch", status="ok",
+                                   testlist="t", case_index=i, metrics={"latency_us": 1.0, "scheme": "bf16"}))
     assert store.patch_metrics("a", {1: {"counters": {"duration_us": 2.0}}, 7: {"x": 1}}) == 1
     assert store.patch_metrics("a", {}) == 0
     rows_a, rows_b = (Store(str(tmp_path / "p.db")).document(r)["rows"] for r in ("a", "b"))

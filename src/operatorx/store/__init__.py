@@ -1,6 +1,7 @@
-"""Where results go: an SQL database (SQLite by default) and result documents."""
+"""Where results go: an SQL database (SQLite by default, PostgreSQL for a team) and result documents."""
 
-from operatorx.store.db import RunNotFound, Store, database_url
+from operatorx.store.db import Store, check_db, database_url
 from operatorx.store.document import document_csv, write_json_atomic
+from operatorx.store.errors import RunNotFound, StoreError
 
-__all__ = ["RunNotFound", "Store", "database_url", "document_csv", "write_json_atomic"]
+__all__ = ["RunNotFound", "Store", "StoreError", "check_db", "database_url", "document_csv", "write_json_atomic"]

@@ -1,107 +1,326 @@
-"""The results database: SQLite by default, any SQLAlchemy URL (PostgreSQL) when given one.
+"""The results database: SQLite by default, PostgreSQL when given a `postgresql://` URL.
 
-Each row is committed when its case ends, so a crash loses at most the case in flight.
+A run is stored when it begins, with one `missing` row per planned case; each case's row replaces
+its planned row when the case ends (committed at once, so a crash loses at most the case in flight,
+and `unfinished` says what a resume still has to run). Writes that meet a busy database wait and
+retry; anything that still fails is a StoreError with one line that says what to do.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from pathlib import Path
-from typing import Any, Optional
+import os
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, Optional, TypeVar
 
-from sqlalchemy import create_engine, func, select
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, delete, func, select, update
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from operatorx.result import SCHEMA_VERSION, Row
-from operatorx.store.schema import Base, RowRecord, RunRecord
+from operatorx.store.columns import RUN_FIELDS, row_values, run_values
+from operatorx.store.engine import busy_timeout_s as _busy_timeout_s
+from operatorx.store.engine import make_engine, retrying, transaction, translate
+from operatorx.store.errors import RunNotFound, StoreError
+from operatorx.store.migrate import SchemaState, schema_state, upgrade_to_head
+from operatorx.store.schema import RUN_STATES, SCHEMA_HEAD, rows, runs
+from operatorx.store.target import DbTarget, check_sqlite_path, parse_db
+from operatorx.store.writes import insert_run, upsert_rows
 
-__all__ = ["Store", "RunNotFound", "database_url"]
+__all__ = ["Store", "RunNotFound", "StoreError", "database_url", "check_db"]
 
-
-class RunNotFound(LookupError):
-    pass
+T = TypeVar("T")
+_STATUSES = ("ok", "unsupported", "error", "missing")
 
 
 def database_url(db: str) -> str:
-    """A path becomes a SQLite URL; anything with '://' is used as a SQLAlchemy URL."""
-    return db if "://" in db else f"sqlite:///{Path(db).expanduser()}"
+    """What a `--db` names, as messages print it (a path, or a URL without its password)."""
+    return parse_db(db).display()
+
+
+def _sqlite_mode(target: DbTarget, create: bool) -> str:
+    assert target.path is not None
+    if create:
+        return "rwc"
+    return "rw" if os.access(target.path, os.W_OK) else "ro"
+
+
+def state_error(target: DbTarget, state: SchemaState, rev: Optional[str]) -> StoreError:
+    where, flag = target.display(), target.flag()
+    if state == "empty":
+        return StoreError(f"{where} holds no OperatorX database yet: create one with `operatorx db init {flag}`")
+    if state == "legacy":
+        return StoreError(f"{where} was made by an older OperatorX (before schema versions): run "
+                          f"`operatorx db upgrade {flag}`")
+    if state == "older":
+        return StoreError(f"{where} has schema {rev}, older than this OperatorX's {SCHEMA_HEAD}: run "
+                          f"`operatorx db upgrade {flag}`")
+    if state == "newer":
+        return StoreError(f"{where} has schema {rev}, newer than this OperatorX knows ({SCHEMA_HEAD}): upgrade "
+                          "OperatorX (pip install -U operatorx)")
+    return StoreError(f"{where} has OperatorX tables but no schema version: restore it from a backup, or "
+                      "`operatorx db ingest` the result documents into a new --db")
+
+
+def check_db(db: str, *, create: bool) -> None:
+    """Everything that would make `Store(db, create=create)` fail, checked without creating or
+    changing anything (a run calls it before its first case). Raises StoreError."""
+    target = parse_db(db)
+    if target.kind == "sqlite":
+        check_sqlite_path(target, create=create, write=create)
+        assert target.path is not None
+        if not target.path.exists() or target.path.stat().st_size == 0:
+            if not create:
+                raise state_error(target, "empty", None)
+            return
+    engine = make_engine(target, mode=_sqlite_mode(target, False), timeout_s=_busy_timeout_s())
+    try:
+        with engine.connect() as conn:
+            state, rev = schema_state(conn)
+    except DBAPIError as err:
+        raise translate(target, err) from None
+    finally:
+        engine.dispose()
+    if state == "current" or (state == "empty" and create):
+        return
+    raise state_error(target, state, rev)
 
 
 class Store:
-    def __init__(self, db: str):
-        self.url = database_url(db)
-        self.engine = create_engine(self.url)
-        Base.metadata.create_all(self.engine)
+    """One database. `create=False` (read commands, resume) never creates one."""
 
+    def __init__(self, db: str, *, create: bool = True, busy_timeout_s: Optional[float] = None):
+        self.target = parse_db(db)
+        self.url = self.target.display()
+        if self.target.kind == "sqlite":
+            check_sqlite_path(self.target, create=create, write=create)
+        self._timeout_s = _busy_timeout_s(busy_timeout_s)
+        self.engine = make_engine(self.target, mode=_sqlite_mode(self.target, create) if self.target.kind == "sqlite"
+                                  else "", timeout_s=self._timeout_s)
+        self._case_ids: dict[str, int] = {}
+        try:
+            self._open(create)
+        except BaseException:
+            self.engine.dispose()
+            raise
+
+    def _open(self, create: bool) -> None:
+        def state() -> tuple[SchemaState, Optional[str]]:
+            with self.engine.connect() as conn:
+                return schema_state(conn)
+
+        found, rev = retrying(self.target, "open", state)
+        if found == "current":
+            return
+        if found == "empty" and create:
+            found, rev = retrying(self.target, "create the tables in",
+                                  lambda: upgrade_to_head(self.engine, self.target, adopt_legacy=False))
+            if found in ("empty", "current"):
+                return
+        raise state_error(self.target, found, rev)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- plumbing ---------------------------------------------------------------------------
+    @contextmanager
+    def _tx(self, write: bool) -> Iterator[Connection]:
+        try:
+            with transaction(self.engine, self.target, write=write) as conn:
+                yield conn
+        except BaseException:
+            self._case_ids.clear()          # ids cached inside a rolled-back transaction may not exist
+            raise
+
+    def _write(self, what: str, fn: Callable[[Connection], T]) -> T:
+        def attempt() -> T:
+            with self._tx(write=True) as conn:
+                return fn(conn)
+        return retrying(self.target, what, attempt)
+
+    def _read(self, fn: Callable[[Connection], T]) -> T:
+        def attempt() -> T:
+            with self._tx(write=False) as conn:
+                return fn(conn)
+        return retrying(self.target, "read", attempt)
+
+    # --- a run's life -----------------------------------------------------------------------
     def begin_run(self, run_id: str, started_at: str, testlist: str, backend: str, device: str,
-                  info: dict[str, Any]) -> None:
-        with Session(self.engine) as s, s.begin():
-            s.add(RunRecord(id=run_id, started_at=started_at, state="running", testlist=testlist,
-                            backend=backend, device=device, info=info))
+                  info: dict[str, Any], planned: Optional[list[Row]] = None, *, run_group: Optional[str] = None,
+                  shard: Optional[str] = None) -> None:
+        """The run (state `running`) and its planned rows (`Row.missing(...)`), in one transaction."""
+        docs = [r.to_json() for r in planned or []]
 
-    def add_row(self, run_id: str, row: Row) -> None:
-        m = row.metrics
-        with Session(self.engine) as s, s.begin():
-            s.add(RowRecord(run_id=run_id, case_index=row.case_index, case_key=row.case.key(),
-                            op_type=row.case.type, backend=row.backend, testlist=row.testlist,
-                            status=row.status, message=row.message, latency_us=m.get("latency_us"),
-                            tflops=m.get("tflops"), gbps=m.get("gbps"), record=row.to_json()))
+        def write(conn: Connection) -> None:
+            if conn.execute(select(runs.c.id).where(runs.c.id == run_id)).first() is not None:
+                raise StoreError(f"run {run_id} already exists in {self.url}: give a new run id, or resume it")
+            insert_run(conn, run_id=run_id, started_at=started_at, finished_at=None, state="running",
+                       testlist=testlist, backend=backend, device=device, info=info, run_group=run_group,
+                       shard=shard)
+            upsert_rows(conn, run_id, docs, self._case_ids)
+        try:
+            self._write("begin the run in", write)
+        except StoreError:
+            raise
+        except IntegrityError:
+            raise StoreError(f"run {run_id} already exists in {self.url}: give a new run id, or resume it") \
+                from None
+
+    def put_row(self, run_id: str, row: Row) -> None:
+        """Store a case's row, replacing its planned row (or an earlier try) with the same identity."""
+        doc = row.to_json()
+        try:
+            self._write("store a row in", lambda conn: upsert_rows(conn, run_id, [doc], self._case_ids))
+        except IntegrityError:
+            raise RunNotFound(f"no run {run_id!r} in {self.url} to store a row in") from None
+
+    add_row = put_row                      # the name callers used before put_row
+
+    def unfinished(self, run_id: str) -> list[int]:
+        """case_index of the run's rows still `missing`, in order."""
+        q = (select(rows.c.case_index).where(rows.c.run_id == run_id, rows.c.status == "missing")
+             .distinct().order_by(rows.c.case_index))
+        return self._read(lambda conn: list(conn.execute(q).scalars()))
+
+    def run_info(self, run_id: str) -> dict[str, Any]:
+        info = self._read(lambda conn: conn.execute(select(runs.c.info).where(runs.c.id == run_id)).first())
+        if info is None:
+            raise RunNotFound(f"no run {run_id!r} in {self.url}")
+        return dict(info[0] or {})
+
+    def update_run_info(self, run_id: str, patch: dict[str, Any]) -> None:
+        """Merge `patch` into the run's info (its keys replace those stored) and refresh the typed
+        provenance columns from the result; `run_group` / `shard` keys also set those columns."""
+        def write(conn: Connection) -> None:
+            got = conn.execute(select(runs.c.info).where(runs.c.id == run_id)).first()
+            if got is None:
+                raise RunNotFound(f"no run {run_id!r} in {self.url}")
+            info = {**(got[0] or {}), **patch}
+            extra = {k: patch[k] for k in ("run_group", "shard") if k in patch}
+            conn.execute(update(runs).where(runs.c.id == run_id).values(info=info, **run_values(info), **extra))
+        self._write("update the run in", write)
+
+    def finish_run(self, run_id: str, finished_at: str, state: str = "finished") -> None:
+        if state not in RUN_STATES or state == "running":
+            raise ValueError(f"finish_run: state {state!r} is not one of finished, interrupted, failed")
+        self._set_state(run_id, state, finished_at)
+
+    def reopen_run(self, run_id: str) -> None:
+        """Back to `running` (a resume), until finish_run is called again."""
+        self._set_state(run_id, "running", None)
+
+    def _set_state(self, run_id: str, state: str, finished_at: Optional[str]) -> None:
+        def write(conn: Connection) -> int:
+            res = conn.execute(update(runs).where(runs.c.id == run_id).values(state=state, finished_at=finished_at))
+            return int(res.rowcount)
+        if self._write("update the run in", write) == 0:
+            raise RunNotFound(f"no run {run_id!r} in {self.url}")
 
     def patch_metrics(self, run_id: str, patches: Mapping[int, Mapping[str, Any]]) -> int:
         """Merge `patches[case_index]` into the metrics of that case's row(s) of the run, all in one
         transaction (keys given replace keys stored; others stay). Returns the rows changed."""
         if not patches:
             return 0
-        with Session(self.engine) as s, s.begin():
-            rows = s.scalars(select(RowRecord).where(RowRecord.run_id == run_id,
-                                                     RowRecord.case_index.in_(list(patches)))).all()
-            for r in rows:
-                record = dict(r.record)      # a new object: the JSON column only sees reassignment
-                record["metrics"] = {**(record.get("metrics") or {}), **patches[r.case_index]}
-                r.record = record
-            return len(rows)
 
-    def finish_run(self, run_id: str, finished_at: str, state: str = "finished") -> None:
-        with Session(self.engine) as s, s.begin():
-            run = s.get(RunRecord, run_id)
-            if run is None:
-                raise RunNotFound(run_id)
-            run.finished_at, run.state = finished_at, state
+        def write(conn: Connection) -> int:
+            got = conn.execute(select(rows.c.id, rows.c.case_index, rows.c.record)
+                               .where(rows.c.run_id == run_id, rows.c.case_index.in_(list(patches)))).all()
+            for rid, index, record in got:
+                record = dict(record)
+                record["metrics"] = {**(record.get("metrics") or {}), **patches[index]}
+                conn.execute(update(rows).where(rows.c.id == rid).values(**row_values(record)))
+            return len(got)
+        return self._write("update rows in", write)
+
+    # --- reading ----------------------------------------------------------------------------
+    def resolve_run(self, run: str) -> str:
+        """A full id, a unique id prefix, or `latest`. No match, or a prefix that matches several
+        runs, raises RunNotFound (listing the candidates)."""
+        if run == "latest":
+            q = select(runs.c.id).order_by(runs.c.started_at.desc(), runs.c.id.desc()).limit(1)
+            rid = self._read(lambda conn: conn.execute(q).scalar())
+            if rid is None:
+                raise RunNotFound(f"no runs in {self.url} yet")
+            return str(rid)
+        q = select(runs.c.id).where(runs.c.id.startswith(run, autoescape=True)).order_by(runs.c.id).limit(21)
+        ids = self._read(lambda conn: list(conn.execute(q).scalars()))
+        if run in ids:
+            return run
+        if len(ids) == 1:
+            return str(ids[0])
+        if not ids:
+            raise RunNotFound(f"no run {run!r} in {self.url} (`operatorx results list` shows the runs)")
+        more = ", …" if len(ids) > 20 else ""
+        raise RunNotFound(f"run {run!r} is ambiguous in {self.url}, it starts {len(ids) if not more else 'over 20'} "
+                          f"runs: {', '.join(ids[:20])}{more}; give more of the id")
 
     def list_runs(self) -> list[dict[str, Any]]:
-        with Session(self.engine) as s:
-            counts = dict(s.execute(select(RowRecord.run_id, func.count()).group_by(RowRecord.run_id)).all())
-            runs = s.scalars(select(RunRecord).order_by(RunRecord.started_at.desc())).all()
-            return [{"id": r.id, "started_at": r.started_at, "finished_at": r.finished_at, "state": r.state,
-                     "testlist": r.testlist, "backend": r.backend, "device": r.device,
-                     "gpu": (r.info.get("device") or {}).get("name"), "rows": counts.get(r.id, 0)} for r in runs]
+        """Every run, newest first, with its row counts by status."""
+        cols = [runs.c.id, runs.c.started_at, runs.c.finished_at, runs.c.state, runs.c.testlist, runs.c.backend,
+                runs.c.device, runs.c.gpu_name, runs.c.driver, runs.c.run_group, runs.c.shard, runs.c.kind]
 
-    def resolve_run(self, run: str) -> str:
-        """A full id, a unique id prefix, or `latest`."""
-        with Session(self.engine) as s:
-            if run == "latest":
-                rid = s.scalars(select(RunRecord.id).order_by(RunRecord.started_at.desc()).limit(1)).first()
-            else:
-                ids = s.scalars(select(RunRecord.id).where(RunRecord.id.startswith(run, autoescape=True))).all()
-                rid = ids[0] if len(ids) == 1 else (run if run in ids else None)
-            if rid is None:
-                raise RunNotFound(f"no run {run!r} in {self.url}")
-            return rid
+        def read(conn: Connection) -> tuple[list[Any], list[Any]]:
+            found = conn.execute(select(*cols).order_by(runs.c.started_at.desc(), runs.c.id.desc())).all()
+            counts = conn.execute(select(rows.c.run_id, rows.c.status, func.count())
+                                  .group_by(rows.c.run_id, rows.c.status)).all()
+            return list(found), list(counts)
+        found, counts = self._read(read)
+        by_run: dict[str, dict[str, int]] = {}
+        for rid, status, n in counts:
+            by_run.setdefault(rid, dict.fromkeys(_STATUSES, 0))[status] = int(n)
+        out = []
+        for r in found:
+            c = by_run.get(r.id, dict.fromkeys(_STATUSES, 0))
+            out.append({"id": r.id, "started_at": r.started_at, "finished_at": r.finished_at, "state": r.state,
+                        "testlist": r.testlist, "backend": r.backend, "device": r.device, "gpu": r.gpu_name,
+                        "driver": r.driver, "run_group": r.run_group, "shard": r.shard, "kind": r.kind,
+                        "rows": sum(c.values()), "counts": c})
+        return out
 
     def document(self, run: str) -> dict[str, Any]:
-        """The run's result document: {"schema_version", "run", "rows"}."""
+        """The run's result document: {"schema_version", "run", "rows"}, rows in case order."""
         rid = self.resolve_run(run)
-        with Session(self.engine) as s:
-            r = s.get(RunRecord, rid)
-            assert r is not None
-            rows = s.scalars(select(RowRecord).where(RowRecord.run_id == rid).order_by(RowRecord.id)).all()
-            run_doc = {"id": r.id, "started_at": r.started_at, "finished_at": r.finished_at, "state": r.state,
-                       "testlist": r.testlist, "backend": r.backend, **r.info}
-            return {"schema_version": SCHEMA_VERSION, "run": run_doc, "rows": [x.record for x in rows]}
+
+        def read(conn: Connection) -> tuple[Any, list[Any]]:
+            r = conn.execute(select(runs).where(runs.c.id == rid)).first()
+            records = conn.execute(select(rows.c.record).where(rows.c.run_id == rid)
+                                   .order_by(rows.c.case_index, rows.c.id)).scalars().all()
+            return r, list(records)
+        r, records = self._read(read)
+        if r is None:
+            raise RunNotFound(f"no run {run!r} in {self.url}")
+        fields = {k: getattr(r, k) for k in RUN_FIELDS}
+        return {"schema_version": SCHEMA_VERSION, "run": {**(r.info or {}), **fields}, "rows": records}
+
+    def rows(self, run_id: str) -> list[Row]:
+        return [_row_from_json(d) for d in self.document(run_id)["rows"]]
 
     def row_count(self, run_id: Optional[str] = None) -> int:
-        with Session(self.engine) as s:
-            q = select(func.count()).select_from(RowRecord)
-            if run_id is not None:
-                q = q.where(RowRecord.run_id == run_id)
-            return int(s.execute(q).scalar_one())
+        q = select(func.count()).select_from(rows)
+        if run_id is not None:
+            q = q.where(rows.c.run_id == run_id)
+        return int(self._read(lambda conn: conn.execute(q).scalar_one()))
+
+    def delete_run(self, run_id: str) -> bool:
+        """Remove a run and its rows; False when there was none."""
+        def write(conn: Connection) -> bool:
+            conn.execute(delete(rows).where(rows.c.run_id == run_id))
+            return bool(conn.execute(delete(runs).where(runs.c.id == run_id)).rowcount)
+        return self._write("delete a run in", write)
+
+
+def _row_from_json(d: dict[str, Any]) -> Row:
+    from_json = getattr(Row, "from_json", None)
+    if from_json is not None:
+        return from_json(d)                # type: ignore[no-any-return]
+    from operatorx.spec import Case
+
+    op = d["op"]
+    case = Case.model_validate({"type": op["type"], "args": op["args"], "sources": op.get("sources", [])})
+    return Row(case=case, backend=op["backend"], status=d["status"], testlist=d.get("testlist", ""),  # type: ignore[call-arg]
+               case_index=d["case_index"], message=d.get("message"), metrics=d.get("metrics") or {})

@@ -1,46 +1,111 @@
-"""Tables: one `runs` row per run, one `rows` row per case. JSON columns keep the full record;
-the scalar columns (status, latency_us, tflops, gbps) are there to query and sort on."""
+"""The tables, as SQLAlchemy Core metadata. Alembic migrations (store/migrations/) create and change them;
+`SCHEMA_HEAD` names the revision this code reads and writes.
+
+- `runs`: one per run, with the provenance people filter on as typed columns (host, GPU, driver, versions,
+  git commit, run group, shard) and the run's full `info` as JSON.
+- `cases`: one per distinct case (type + args), shared by every run that timed it.
+- `rows`: one per (run, case, backend, side) — a UNIQUE key, so writing a row twice replaces it. Typed
+  columns for what people filter and plot, the raw samples, and the full row document as JSON.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from sqlalchemy import (
+    JSON,
+    Column,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects.postgresql import JSONB
 
-from sqlalchemy import JSON, Float, ForeignKey, Integer, String, Text
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+__all__ = ["SCHEMA_HEAD", "metadata", "runs", "cases", "rows", "RUN_STATES", "ROW_STATUSES"]
 
-__all__ = ["Base", "RunRecord", "RowRecord"]
+SCHEMA_HEAD = "0001"
+RUN_STATES = ("running", "finished", "interrupted", "failed")
+ROW_STATUSES = ("ok", "unsupported", "error", "missing")
 
+_Json = JSON().with_variant(JSONB(), "postgresql")
 
-class Base(DeclarativeBase):
-    pass
+metadata = MetaData()
 
+runs = Table(
+    "ox_runs", metadata,
+    Column("id", String(64), primary_key=True),
+    Column("kind", String(16), nullable=False, server_default="run"),     # run, ab
+    Column("state", String(16), nullable=False),
+    Column("started_at", String(40), nullable=False),
+    Column("finished_at", String(40)),
+    Column("testlist", Text, nullable=False),
+    Column("backend", Text, nullable=False),
+    Column("device", String(16), nullable=False),                         # cuda, cpu
+    Column("run_group", String(128)),
+    Column("shard", String(32)),
+    Column("host", Text),
+    Column("gpu_name", Text),
+    Column("gpu_uuid", String(64)),
+    Column("gpu_pci_bus_id", String(32)),
+    Column("driver", String(64)),
+    Column("cuda", String(64)),
+    Column("torch_version", String(64)),
+    Column("vllm_version", String(64)),
+    Column("triton_version", String(64)),
+    Column("operatorx_version", String(64)),
+    Column("git_commit", String(64)),
+    Column("settings", _Json),
+    Column("info", _Json, nullable=False),
+    Index("ox_runs_started_at", "started_at"),
+    Index("ox_runs_run_group", "run_group"),
+)
 
-class RunRecord(Base):
-    __tablename__ = "runs"
+cases = Table(
+    "ox_cases", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("key_sha256", String(64), nullable=False, unique=True),
+    Column("case_key", Text, nullable=False),
+    Column("type", String(16), nullable=False),
+    Column("label", Text),
+    Column("args", _Json, nullable=False),
+    Column("sources", _Json, nullable=False),           # as first stored; each row keeps its own too
+)
 
-    id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    started_at: Mapped[str] = mapped_column(String(40))
-    finished_at: Mapped[Optional[str]] = mapped_column(String(40), nullable=True)
-    state: Mapped[str] = mapped_column(String(16))             # running, finished, interrupted
-    testlist: Mapped[str] = mapped_column(Text)
-    backend: Mapped[str] = mapped_column(String(128))
-    device: Mapped[str] = mapped_column(String(16))
-    info: Mapped[dict[str, Any]] = mapped_column(JSON)
-
-
-class RowRecord(Base):
-    __tablename__ = "rows"
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), index=True)
-    case_index: Mapped[int] = mapped_column(Integer)
-    case_key: Mapped[str] = mapped_column(Text)
-    op_type: Mapped[str] = mapped_column(String(16))
-    backend: Mapped[str] = mapped_column(String(128))
-    testlist: Mapped[str] = mapped_column(Text)
-    status: Mapped[str] = mapped_column(String(16), index=True)
-    message: Mapped[Optional[str]] = mapped_column(Text, nullable=True)
-    latency_us: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
-    tflops: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
-    gbps: Mapped[Optional[float]] = mapped_column(Float, nullable=True)
-    record: Mapped[dict[str, Any]] = mapped_column(JSON)       # the row as the result document has it
+rows = Table(
+    "ox_rows", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("run_id", String(64), ForeignKey("ox_runs.id", ondelete="CASCADE"), nullable=False),
+    Column("case_id", Integer, ForeignKey("ox_cases.id"), nullable=False),
+    Column("backend", Text, nullable=False),
+    Column("side", String(32), nullable=False, server_default=""),
+    Column("case_index", Integer, nullable=False),
+    Column("testlist", Text, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("error_kind", String(16)),
+    Column("message", Text),
+    Column("op_type", String(16), nullable=False),
+    Column("label", Text),
+    Column("scheme", Text),
+    Column("model", Text),
+    Column("role", Text),
+    Column("m", Integer),
+    Column("n", Integer),
+    Column("k", Integer),
+    Column("tokens", Integer),
+    Column("latency_us", Float),
+    Column("busy_us", Float),
+    Column("tflops", Float),
+    Column("gbps", Float),
+    Column("pct_peak", Float),
+    Column("samples_us", _Json),
+    Column("sources", _Json),
+    Column("record", _Json, nullable=False),
+    UniqueConstraint("run_id", "case_id", "backend", "side", name="ox_rows_identity"),
+    Index("ox_rows_run_status", "run_id", "status"),
+    Index("ox_rows_run_index", "run_id", "case_index"),
+    Index("ox_rows_case", "case_id"),
+)

@@ -1,0 +1,158 @@
+"""Opening a database: one SQLAlchemy engine per Store, connection settings for safe concurrent
+use, and the translation of driver errors into one-line StoreErrors.
+
+SQLite: WAL journal (readers never block the writer, the writer never blocks readers), a busy
+timeout (a writer waits for another writer instead of failing), foreign keys on, and transactions
+this code begins itself: `BEGIN IMMEDIATE` for writes, so two writers queue at the start instead
+of one failing half-way. PostgreSQL: psycopg 3, a 5 s connect timeout, READ COMMITTED transactions.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+from sqlalchemy import Connection, Engine, create_engine
+from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.pool import QueuePool
+
+from operatorx.store.errors import StoreError
+from operatorx.store.target import PG_CONNECT_TIMEOUT_S, DbTarget, require_psycopg, sqlite_error_kind
+
+__all__ = ["make_engine", "translate", "transaction", "retrying", "busy_timeout_s", "set_wal"]
+
+T = TypeVar("T")
+_DEFAULT_BUSY_TIMEOUT_S = 30.0
+_RETRY_ATTEMPTS = 6
+
+
+def busy_timeout_s(given: float | None = None) -> float:
+    """How long one statement waits for another process's lock: the argument, else
+    OPERATORX_DB_BUSY_TIMEOUT_S, else 30 s."""
+    if given is not None:
+        return given
+    env = os.environ.get("OPERATORX_DB_BUSY_TIMEOUT_S")
+    try:
+        return float(env) if env else _DEFAULT_BUSY_TIMEOUT_S
+    except ValueError:
+        raise StoreError(f"OPERATORX_DB_BUSY_TIMEOUT_S={env!r} is not a number of seconds: set it to e.g. 30") \
+            from None
+
+
+def make_engine(target: DbTarget, *, mode: str, timeout_s: float) -> Engine:
+    """`mode` is SQLite's open mode: `rwc` (create if missing), `rw`, or `ro`."""
+    if target.kind == "postgresql":
+        require_psycopg(target)
+        assert target.url is not None
+        return create_engine(target.url, connect_args={"connect_timeout": PG_CONNECT_TIMEOUT_S,
+                                                       "application_name": "operatorx"})
+    assert target.path is not None
+    uri = f"file:{quote(str(target.path.absolute()))}?mode={mode}"
+
+    def connect() -> sqlite3.Connection:
+        # isolation_level=None: the driver begins nothing by itself; `transaction` below does
+        conn = sqlite3.connect(uri, uri=True, timeout=timeout_s, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA foreign_keys=ON")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        return conn
+
+    return create_engine("sqlite://", creator=connect, poolclass=QueuePool, pool_size=2, max_overflow=8)
+
+
+def set_wal(conn: Connection) -> None:
+    """Switch a SQLite database to WAL (persistent in the file; a no-op when it already is)."""
+    mode = conn.exec_driver_sql("PRAGMA journal_mode").scalar()
+    if str(mode).lower() != "wal":
+        conn.exec_driver_sql("PRAGMA journal_mode=WAL")
+    conn.commit()
+
+
+@contextmanager
+def transaction(engine: Engine, target: DbTarget, *, write: bool) -> Iterator[Connection]:
+    """One transaction: committed when the block ends, rolled back when it raises."""
+    with engine.connect() as conn:
+        if target.kind == "sqlite":
+            conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+        try:
+            yield conn
+        except BaseException:
+            conn.rollback()
+            raise
+        conn.commit()
+
+
+def _transient(target: DbTarget, err: BaseException) -> bool:
+    if not isinstance(err, DBAPIError):
+        return False
+    if target.kind == "sqlite":
+        return sqlite_error_kind(err) == "locked"
+    code = getattr(getattr(err, "orig", None), "sqlstate", None)
+    return code in ("40001", "40P01", "55P03")        # serialization failure, deadlock, lock not available
+
+
+def retrying(target: DbTarget, what: str, fn: Callable[[], T]) -> T:
+    """`fn()`, tried again (with a growing pause) while the database reports busy/locked or a
+    serialization conflict; anything else, or still busy after the last try, is a StoreError."""
+    pause = 0.05
+    for attempt in range(_RETRY_ATTEMPTS):
+        try:
+            return fn()
+        except IntegrityError:
+            raise                              # the caller knows what a broken constraint means there
+        except DBAPIError as err:
+            if not _transient(target, err) or attempt == _RETRY_ATTEMPTS - 1:
+                raise translate(target, err, what) from None
+            time.sleep(pause)
+            pause = min(pause * 3, 2.0)
+    raise AssertionError("unreachable")
+
+
+def _first_line(err: BaseException) -> str:
+    orig: Any = getattr(err, "orig", None) or err
+    text = str(orig).strip().splitlines()
+    return text[0] if text else type(orig).__name__
+
+
+def translate(target: DbTarget, err: BaseException, what: str = "open") -> StoreError:
+    """A driver error as one line naming the problem and the fix."""
+    where = target.display()
+    detail = _first_line(err)
+    if target.kind == "sqlite":
+        kind = sqlite_error_kind(err)
+        if kind == "locked":
+            return StoreError(f"{where} stayed locked by another program while trying to {what} (after the "
+                              f"busy timeout and retries): close the program holding a write transaction on it, "
+                              "or raise OPERATORX_DB_BUSY_TIMEOUT_S")
+        if kind == "readonly":
+            return StoreError(f"cannot {what}: {where} is read-only ({detail}): make the file and its directory "
+                              "writable, or choose another --db path")
+        if kind == "notadb":
+            return StoreError(f"{where} is not an SQLite database ({detail}): choose another --db path")
+        if kind == "corrupt":
+            return StoreError(f"{where} is corrupt ({detail}): restore it from a backup, or start a new --db "
+                              "and `operatorx db ingest` the result documents into it")
+        if kind == "cantopen":
+            return StoreError(f"cannot open {where} ({detail}): check the path and its permissions")
+        if kind == "full":
+            return StoreError(f"cannot {what}: the disk holding {where} is full: free space or choose another "
+                              "--db path")
+        return StoreError(f"cannot {what} {where}: {detail}")
+    low = detail.lower()
+    url = target.url
+    host = f"{url.host or 'localhost'}:{url.port or 5432}" if url is not None else where
+    if "does not exist" in low and "database" in low:
+        return StoreError(f"PostgreSQL at {host} has no database {url.database if url else ''!r}: create it "
+                          f"with `operatorx db init {target.flag()}` (or createdb)")
+    if "password" in low or "authentication" in low or ("role" in low and "does not exist" in low):
+        return StoreError(f"PostgreSQL at {host} refused the login ({detail}): fix the user/password in --db")
+    if any(s in low for s in ("connection refused", "timeout", "timed out", "could not translate host",
+                              "name or service not known", "no route", "network is unreachable",
+                              "could not connect", "connection failed", "server closed")):
+        return StoreError(f"cannot reach PostgreSQL at {host} within {PG_CONNECT_TIMEOUT_S} s ({detail}): start "
+                          "the server, or fix host and port in --db")
+    return StoreError(f"PostgreSQL at {host}: cannot {what} ({detail})")

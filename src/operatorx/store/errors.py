@@ -1,0 +1,14 @@
+"""The store's two exceptions. A StoreError's message is one line that names the problem and the fix."""
+
+from __future__ import annotations
+
+__all__ = ["StoreError", "RunNotFound"]
+
+
+class StoreError(Exception):
+    """The database cannot be used as asked: bad URL, missing driver, unreachable server, not a
+    database, corrupt, not writable, schema too old or too new. The message says what to do."""
+
+
+class RunNotFound(LookupError):
+    """No run matches the id, prefix or `latest` asked for (or a prefix matches several)."""

@@ -1,0 +1,94 @@
+"""The statements that write runs and rows, shared by the Store, ingest and the legacy upgrade.
+
+Rows are upserted on their identity (run, case, backend, side): a second write of the same row
+replaces the first, in SQLite and PostgreSQL alike (`INSERT ... ON CONFLICT DO UPDATE`), so two
+processes writing one row at once still leave one row.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, MutableMapping
+from typing import Any, Optional
+
+from sqlalchemy import Connection, select
+from sqlalchemy.dialects import postgresql, sqlite
+
+from operatorx.store.columns import case_values, row_values, run_values
+from operatorx.store.schema import cases, rows, runs
+
+__all__ = ["insert_run", "upsert_rows", "json_dumps"]
+
+_CHUNK = 500
+
+
+def _finite(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {str(k): _finite(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_finite(x) for x in v]
+    return v
+
+
+def json_dumps(value: Any) -> str:
+    """Strict JSON for the JSON columns (PostgreSQL refuses NaN): non-finite numbers become null."""
+    try:
+        return json.dumps(value, allow_nan=False, default=str)
+    except ValueError:
+        return json.dumps(_finite(value), allow_nan=False, default=str)
+
+
+def _insert(conn: Connection, table: Any) -> Any:
+    mod = postgresql if conn.dialect.name == "postgresql" else sqlite
+    return mod.insert(table)
+
+
+def insert_run(conn: Connection, *, run_id: str, started_at: str, finished_at: Optional[str], state: str,
+               testlist: str, backend: str, device: str, info: dict[str, Any], run_group: Optional[str],
+               shard: Optional[str]) -> None:
+    conn.execute(runs.insert().values(
+        id=run_id, started_at=started_at, finished_at=finished_at, state=state, testlist=testlist,
+        backend=backend, device=device, run_group=run_group, shard=shard, info=info, **run_values(info)))
+
+
+def _case_ids(conn: Connection, docs: Iterable[dict[str, Any]], cache: MutableMapping[str, int]) -> list[int]:
+    """The `cases` id of each row document's case, adding cases not stored yet."""
+    values = [case_values(d) for d in docs]
+    new = {v["key_sha256"]: v for v in values if v["key_sha256"] not in cache}
+    if new:
+        todo = list(new.values())
+        stmt = _insert(conn, cases).on_conflict_do_nothing(index_elements=["key_sha256"])
+        for i in range(0, len(todo), _CHUNK):
+            conn.execute(stmt, todo[i:i + _CHUNK])
+        keys = list(new)
+        for i in range(0, len(keys), _CHUNK):
+            got = conn.execute(select(cases.c.key_sha256, cases.c.id)
+                               .where(cases.c.key_sha256.in_(keys[i:i + _CHUNK]))).all()
+            cache.update({k: cid for k, cid in got})
+    return [cache[v["key_sha256"]] for v in values]
+
+
+_ROW_UPDATE = [c.name for c in rows.columns if c.name not in ("id", "run_id", "case_id", "backend", "side")]
+
+
+def upsert_rows(conn: Connection, run_id: str, docs: list[dict[str, Any]],
+                cache: Optional[MutableMapping[str, int]] = None) -> int:
+    """Store row documents of one run, each replacing any row with its identity. A batch holding
+    one identity twice keeps the last. Returns the rows written."""
+    if not docs:
+        return 0
+    ids = _case_ids(conn, docs, {} if cache is None else cache)
+    batch: dict[tuple[int, str, str], dict[str, Any]] = {}
+    for cid, d in zip(ids, docs, strict=True):
+        v = {"run_id": run_id, "case_id": cid, **row_values(d)}
+        batch[(cid, v["backend"], v["side"])] = v
+    stmt = _insert(conn, rows)
+    stmt = stmt.on_conflict_do_update(index_elements=["run_id", "case_id", "backend", "side"],
+                                      set_={c: stmt.excluded[c] for c in _ROW_UPDATE})
+    todo = list(batch.values())
+    for i in range(0, len(todo), _CHUNK):
+        conn.execute(stmt, todo[i:i + _CHUNK])
+    return len(todo)
