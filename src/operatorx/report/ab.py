@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Optional
 
-from rich.markup import escape
 from rich.table import Table
 
+from operatorx.report.safe import md_cell, term
 from operatorx.report.table import fmt
 
 __all__ = ["ab_markdown", "ab_table"]
@@ -34,7 +34,8 @@ def ab_table(results: Iterable[dict[str, Any]], title: Optional[str] = None) -> 
                      overflow="fold")
     for r in results:
         outputs = (r.get("outputs") or {}).get("result", "") if r["status"] == "ok" else (r.get("message") or "")
-        t.add_row(r["label"], r["status"], *_clock(r.get("host")), *_clock(r.get("device")), escape(outputs[:60]))
+        t.add_row(term(r["label"]), term(r["status"]), *_clock(r.get("host")), *_clock(r.get("device")),
+                  term(outputs))
     return t
 
 
@@ -44,6 +45,6 @@ def ab_markdown(results: Iterable[dict[str, Any]]) -> str:
     for r in results:
         outputs = (r.get("outputs") or {}).get("result", "") if r["status"] == "ok" else (r.get("message") or "")
         cells = [r["label"], r["status"], *_clock(r.get("host"), False),
-                 *_clock(r.get("device"), False), outputs[:60]]
-        lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
+                 *_clock(r.get("device"), False), outputs]
+        lines.append("| " + " | ".join(md_cell(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"
