@@ -1,0 +1,65 @@
+"""`operatorx serve` and `operatorx report build`: the dashboard over a results database, read-only."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from operatorx.web import Queries, WebError
+
+__all__ = ["serve_command", "report_app"]
+
+report_app = typer.Typer(no_args_is_help=True, help="Reports over stored runs.")
+_DB = typer.Option("operatorx.db", "--db", help="SQLite path or SQLAlchemy URL (opened read-only).")
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(2)
+
+
+def _open(db: str) -> Queries:
+    try:
+        return Queries.open(db)
+    except WebError as err:
+        raise _fail(str(err)) from None
+
+
+def serve_command(db: str = _DB,
+                  host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (0.0.0.0: every one)."),
+                  port: int = typer.Option(8000, "--port", min=0, max=65535, help="TCP port.")) -> None:
+    """A read-only web dashboard over the results database: runs, rows, shapes, roofline, cases, compare."""
+    import uvicorn
+
+    from operatorx.web.app import create_app
+
+    app = create_app(_open(db))
+    typer.echo(f"OperatorX dashboard on http://{host}:{port}/ (read-only {db}); Ctrl-C stops it")
+    try:
+        uvicorn.run(app, host=host, port=port, log_level="warning")
+    except OSError as err:
+        raise _fail(f"cannot listen on {host}:{port}: {err.strerror or err}; pick another --port") from None
+
+
+@report_app.command("build")
+def build_command(db: str = _DB,
+                  runs: Optional[list[str]] = typer.Option(None, "--runs", help="Run id, prefix or 'latest' "
+                                                           "(repeat, or comma-separate); all runs when omitted."),
+                  output: Path = typer.Option(..., "-o", "--output", help="Directory to write (replaced).")) -> None:
+    """The dashboard as a static site that opens from disk (file://): the artifact for CI."""
+    from operatorx.web.site import build_site
+
+    queries = _open(db)
+    wanted = [r.strip() for arg in runs or [] for r in arg.split(",") if r.strip()]
+    t0 = time.perf_counter()
+    try:
+        site = build_site(queries, output, wanted or None)
+    except WebError as err:
+        raise _fail(str(err)) from None
+    except OSError as err:
+        raise _fail(f"cannot write {output}: {err.strerror or err}") from None
+    typer.echo(f"{site.runs} runs, {site.pages} pages ({site.compares} comparisons) in "
+               f"{time.perf_counter() - t0:.1f} s: open {site.directory / 'index.html'}")

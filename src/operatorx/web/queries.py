@@ -1,0 +1,275 @@
+"""The dashboard's one query layer: opens the results database read-only and returns typed data
+(web/views.py) for each page. The server (web/app.py) and the static build (web/site.py) both call
+it, then render the same templates.
+
+It reads only through the Store's read API (`list_runs`, `resolve_run`, `document`); the one thing
+it changes is how the Store's engine connects (web: read-only, see `open_store`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from sqlalchemy import event
+
+from operatorx.platform.peaks import peaks_for
+from operatorx.store import RunNotFound, Store, StoreError
+from operatorx.web.safe import clean
+from operatorx.web.views import (
+    CompareCase,
+    ReasonGroup,
+    RowView,
+    RunSummary,
+    case_key,
+    reason_groups,
+    row_view,
+    run_summary,
+)
+
+__all__ = ["Queries", "WebError", "open_store", "RunPage", "RooflinePage", "ComparePage"]
+
+
+def _load_compare() -> Optional[Callable[..., Any]]:
+    """ROWS' regression verdicts (`operatorx.report.compare`); the Compare page says so without them."""
+    try:
+        module = importlib.import_module("operatorx.report.compare")
+    except ImportError:  # pragma: no cover - only in a build without report/compare.py
+        return None
+    return getattr(module, "compare_documents", None)
+
+
+compare_documents = _load_compare()
+
+
+class WebError(Exception):
+    """One line that names the problem and the fix (bad --db, unknown run)."""
+
+
+def _read_only(store: Store) -> None:
+    """Make every connection of the store's engine refuse writes: SQLite files open with `mode=ro`
+    (and `query_only`), PostgreSQL sessions default to READ ONLY transactions."""
+    target = getattr(store, "target", None)
+    if target is not None and target.kind == "sqlite":
+        from operatorx.store.engine import make_engine
+
+        old = store.engine
+        store.engine = make_engine(target, mode="ro", timeout_s=getattr(store, "_timeout_s", 30.0))
+        old.dispose()
+    dialect = store.engine.dialect.name
+
+    @event.listens_for(store.engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        cur = dbapi_conn.cursor()
+        if dialect == "sqlite":
+            cur.execute("PRAGMA query_only = ON")
+        elif dialect == "postgresql":
+            cur.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+            dbapi_conn.commit()
+        cur.close()
+
+    store.engine.dispose()       # connections made while opening reconnect through the hook
+
+
+def open_store(db: str) -> Store:
+    """The store at `db` (a path or URL), read-only; never creates a database."""
+    try:
+        store = Store(db, create=False)
+    except (StoreError, RunNotFound) as err:
+        raise WebError(str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__) from None
+    except Exception as err:  # noqa: BLE001 - a driver's error, told in one line
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise WebError(f"cannot open --db {db}: {first}") from None
+    _read_only(store)
+    return store
+
+
+@dataclass(frozen=True)
+class RunPage:
+    run: RunSummary
+    info: dict[str, Any]
+    rows: list[RowView]
+    reasons: list[ReasonGroup]
+    missing: list[RowView]
+
+
+@dataclass(frozen=True)
+class RooflinePage:
+    run: RunSummary
+    points: list[RowView]
+    compute_tflops: dict[str, float]     # by compute class
+    memory_gbps: Optional[float]
+    peak_source: Optional[str]
+
+
+@dataclass(frozen=True)
+class ComparePage:
+    a: RunSummary
+    b: RunSummary
+    available: bool
+    cases: list[CompareCase]
+    verdicts: dict[str, int]
+
+
+class Queries:
+    """Typed reads over one read-only store. Documents of finished runs are cached (they do not
+    change); a running run is read again on each call."""
+
+    def __init__(self, store: Store, cache_documents: int = 4):
+        self.store = store
+        self._lock = threading.Lock()
+        self._docs: OrderedDict[tuple[str, Any], dict[str, Any]] = OrderedDict()
+        self._views: OrderedDict[tuple[str, Any], list[RowView]] = OrderedDict()
+        self._max_docs = cache_documents
+
+    @classmethod
+    def open(cls, db: str) -> Queries:
+        return cls(open_store(db))
+
+    # runs ---------------------------------------------------------------------------------------
+    def runs(self) -> list[RunSummary]:
+        return [run_summary(r) for r in self.store.list_runs()]
+
+    def resolve(self, run: str) -> RunSummary:
+        try:
+            rid = self.store.resolve_run(run)
+        except RunNotFound as err:
+            raise WebError(str(err).splitlines()[0]) from err
+        for r in self.runs():
+            if r.id == rid:
+                return r
+        raise WebError(f"no run {run!r}")
+
+    def _stamp(self, run: RunSummary) -> Any:
+        return None if run.state == "running" else (run.state, run.finished_at, run.rows)
+
+    def document(self, run: RunSummary) -> dict[str, Any]:
+        stamp = self._stamp(run)
+        with self._lock:
+            if stamp is not None and (run.id, stamp) in self._docs:
+                self._docs.move_to_end((run.id, stamp))
+                return self._docs[(run.id, stamp)]
+        doc = self.store.document(run.id)
+        if stamp is not None:
+            with self._lock:
+                self._docs[(run.id, stamp)] = doc
+                while len(self._docs) > self._max_docs:
+                    self._docs.popitem(last=False)
+        return doc
+
+    def rows(self, run: RunSummary) -> list[RowView]:
+        stamp = self._stamp(run)
+        with self._lock:
+            if stamp is not None and (run.id, stamp) in self._views:
+                return self._views[(run.id, stamp)]
+        views = [row_view(r) for r in self.document(run)["rows"]]
+        if stamp is not None:
+            with self._lock:
+                self._views[(run.id, stamp)] = views
+                while len(self._views) > 64:
+                    self._views.popitem(last=False)
+        return views
+
+    # pages --------------------------------------------------------------------------------------
+    def run_page(self, run: str) -> RunPage:
+        summary = self.resolve(run)
+        doc = self.document(summary)
+        rows = self.rows(summary)
+        info = {k: v for k, v in doc.get("run", {}).items() if k not in ("id",)}
+        return RunPage(run=summary, info=clean(info), rows=rows, reasons=reason_groups(rows),
+                       missing=[r for r in rows if r.status == "missing"])
+
+    def shape_rows(self, runs: list[str]) -> list[tuple[RunSummary, list[RowView]]]:
+        out = []
+        for run in runs:
+            summary = self.resolve(run)
+            out.append((summary, self.rows(summary)))
+        return out
+
+    def default_shape_runs(self, limit: int = 8) -> list[str]:
+        """The newest run and the newest runs of the same testlist (other GPUs, other backends)."""
+        runs = self.runs()
+        if not runs:
+            return []
+        first = runs[0]
+        same = [r.id for r in runs if r.testlist == first.testlist]
+        return same[:limit]
+
+    def roofline(self, run: str) -> RooflinePage:
+        summary = self.resolve(run)
+        doc = self.document(summary)
+        points = [r for r in self.rows(summary) if r.status == "ok" and r.tflops and r.intensity]
+        compute: dict[str, float] = {}
+        memory: Optional[float] = None
+        source: Optional[str] = None
+        for r in doc["rows"]:
+            peak = (r.get("metrics") or {}).get("peak")
+            if isinstance(peak, dict):
+                if isinstance(peak.get("tflops"), (int, float)):
+                    compute[str(peak.get("compute_class") or "peak")] = float(peak["tflops"])
+                if isinstance(peak.get("memory_gbps"), (int, float)):
+                    memory = float(peak["memory_gbps"])
+                source = str(peak.get("source") or "") or source
+        device = doc.get("run", {}).get("device") or {}
+        if memory is None and isinstance(device, dict) and device.get("kind") not in (None, "cpu"):
+            peaks = peaks_for(str(device.get("name") or ""))
+            if peaks is not None:
+                compute, memory, source = dict(peaks.tflops), peaks.memory_gbps, peaks.source
+        return RooflinePage(run=summary, points=points, compute_tflops=clean(compute), memory_gbps=memory,
+                            peak_source=clean(source))
+
+    def case(self, run: str, index: int) -> tuple[RunSummary, dict[str, Any]]:
+        summary = self.resolve(run)
+        for r in self.document(summary)["rows"]:
+            if r.get("case_index") == index:
+                return summary, case_detail(r)
+        raise WebError(f"run {summary.id} has no case {index}")
+
+    def cases(self, summary: RunSummary) -> list[dict[str, Any]]:
+        return [case_detail(r) for r in self.document(summary)["rows"]]
+
+    def compare(self, a: str, b: str) -> ComparePage:
+        run_a, run_b = self.resolve(a), self.resolve(b)
+        if compare_documents is None:
+            return ComparePage(a=run_a, b=run_b, available=False, cases=[], verdicts={})
+        doc_a, doc_b = self.document(run_a), self.document(run_b)
+        where: dict[str, tuple[RowView, Optional[int], Optional[int]]] = {}
+        for side, run in (("a", run_a), ("b", run_b)):
+            for v in self.rows(run):
+                prev = where.get(v.key)
+                ia = v.index if side == "a" else (prev[1] if prev else None)
+                ib = v.index if side == "b" else (prev[2] if prev else None)
+                where[v.key] = (prev[0] if prev else v, ia, ib)
+        comparison = compare_documents(doc_a, doc_b)
+        cases = []
+        verdicts: dict[str, int] = {}
+        for c in comparison.cases:
+            view, ia, ib = where.get(c.case_key, (None, None, None))
+            verdicts[c.verdict] = verdicts.get(c.verdict, 0) + 1
+            cases.append(CompareCase(
+                case_key=c.case_key, label=str(c.label), family=view.family if view else "",
+                m=view.m if view else None, index_a=ia, index_b=ib, a_latency_us=c.a_latency_us,
+                b_latency_us=c.b_latency_us, ratio=c.ratio, ci_low=c.ci_low, ci_high=c.ci_high,
+                p_value=c.p_value, q_value=c.q_value, verdict=str(c.verdict), flags=list(c.flags)))
+        return ComparePage(a=run_a, b=run_b, available=True, cases=cases, verdicts=verdicts)
+
+
+_CASE_METRICS = ("latency_us", "method", "clock", "l2_state", "l2_verified", "noise", "summary_us", "samples_us",
+                 "warmup", "stop_reason", "timing", "telemetry", "capped", "profile", "trace_path", "counters",
+                 "perturbed", "profile_error", "backend_meta", "check", "host", "case_seconds", "scheme",
+                 "flops", "min_bytes", "tflops", "gbps", "pct_peak", "peak")
+
+
+def case_detail(r: dict[str, Any]) -> dict[str, Any]:
+    """Everything the Case page shows of one row, cleaned; metrics it does not name go under `other`."""
+    m = r.get("metrics") or {}
+    metrics = {k: m[k] for k in _CASE_METRICS if k in m}
+    other = {k: v for k, v in m.items() if k not in metrics}
+    return clean({"index": r.get("case_index"), "label": r.get("label"), "status": r.get("status"),
+                  "error_kind": r.get("error_kind"), "message": r.get("message"), "side": r.get("side", ""),
+                  "op": r.get("op") or {}, "key": case_key(r.get("op") or {}), "metrics": metrics,
+                  "other": other})

@@ -1,0 +1,142 @@
+"""The pages as HTML: one Jinja environment (autoescape on) and one function per page, called by the
+server and by the static build alike. They differ only in `Links` (where a page lives) and in how
+the Case page gets its data (inline, or from the run's data scripts on disk)."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from typing import Any, Optional
+from urllib.parse import quote
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+
+from operatorx.web.queries import ComparePage, RooflinePage, RunPage
+from operatorx.web.safe import script_json
+from operatorx.web.views import RowView, RunSummary
+
+__all__ = ["Links", "server_links", "static_links", "slug", "render_runs", "render_run", "render_shape",
+           "render_roofline", "render_case", "render_compare", "render_error", "CASES_PER_CHUNK"]
+
+CASES_PER_CHUNK = 250
+_env = Environment(loader=PackageLoader("operatorx.web", "templates"), autoescape=select_autoescape(default=True),
+                   trim_blocks=True, lstrip_blocks=True)
+
+
+def slug(run_id: str) -> str:
+    """A file-name-safe name for a run id (ids are free text in ingested documents)."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", run_id)[:80]
+    return safe if safe == run_id else f"{safe}-{hashlib.sha1(run_id.encode()).hexdigest()[:8]}"
+
+
+@dataclass(frozen=True)
+class Links:
+    """URL patterns; `{run}`, `{a}`, `{b}`, `{index}`, `{runs}` are filled by `link` (and by ox.js, which
+    gets the same patterns). Static sites name runs by slug."""
+    static: str
+    patterns: dict[str, str]
+    static_site: bool
+    compare_pairs: frozenset[tuple[str, str]] = field(default_factory=frozenset)
+
+    def ref(self, run_id: str) -> str:
+        return slug(run_id) if self.static_site else quote(run_id, safe="")
+
+    def link(self, kind: str, **params: Any) -> str:
+        out = self.patterns[kind]
+        for name, value in params.items():
+            if name in ("run", "a", "b"):
+                value = self.ref(str(value))
+            elif name == "runs":
+                value = ",".join(quote(str(v), safe="") for v in value)
+            out = out.replace("{" + name + "}", str(value))
+        return out
+
+    def has_compare(self, a: str, b: str) -> bool:
+        return not self.static_site or (a, b) in self.compare_pairs
+
+    def to_json(self, runs: list[str]) -> dict[str, Any]:
+        return {"patterns": self.patterns, "static": self.static_site,
+                "slugs": {r: slug(r) for r in runs} if self.static_site else None,
+                "pairs": sorted(f"{a}\n{b}" for a, b in self.compare_pairs)}
+
+
+def server_links() -> Links:
+    return Links(static="/static/", static_site=False, patterns={
+        "runs": "/", "run": "/run/{run}", "case": "/case/{run}/{index}", "shape": "/shape?runs={runs}",
+        "roofline": "/roofline/{run}", "compare": "/compare?a={a}&b={b}", "compare_pick": "/compare"})
+
+
+def static_links(pairs: frozenset[tuple[str, str]]) -> Links:
+    return Links(static="static/", static_site=True, compare_pairs=pairs, patterns={
+        "runs": "index.html", "run": "run-{run}.html", "case": "case-{run}.html?case={index}",
+        "shape": "shape.html", "roofline": "roofline-{run}.html", "compare": "compare-{a}--{b}.html",
+        "compare_pick": ""})
+
+
+def _page(template: str, links: Links, title: str, data: dict[str, Any], run_ids: list[str], **extra: Any) -> str:
+    page = {**data, "links": links.to_json(run_ids)}
+    return _env.get_template(template).render(title=title, links=links, data=script_json(page), **extra)
+
+
+def _rows_json(rows: list[RowView]) -> list[dict[str, Any]]:
+    return [r.to_json() for r in rows]
+
+
+def render_runs(runs: list[RunSummary], links: Links) -> str:
+    previous: dict[str, Optional[str]] = {}
+    last_of: dict[str, str] = {}
+    for r in sorted(runs, key=lambda r: r.started_at):      # each run's previous run of the same testlist
+        previous[r.id] = last_of.get(r.testlist)
+        last_of[r.testlist] = r.id
+    data = {"page": "runs", "runs": [{**r.to_json(), "previous": previous.get(r.id)} for r in runs]}
+    return _page("runs.html", links, "Runs", data, [r.id for r in runs], runs=runs)
+
+
+def render_run(page: RunPage, links: Links) -> str:
+    data = {"page": "run", "run": page.run.to_json(), "rows": _rows_json(page.rows)}
+    return _page("run.html", links, f"Run {page.run.id}", data, [page.run.id], run=page.run, info=page.info,
+                 reasons=page.reasons, missing=page.missing[:200], missing_total=len(page.missing))
+
+
+def render_shape(runs: list[tuple[RunSummary, list[RowView]]], links: Links) -> str:
+    names = [r.series for r, _ in runs]
+    series = [{"run": r.to_json(), "name": r.series if names.count(r.series) == 1 else f"{r.series} ({r.id})",
+               "rows": [{"index": v.index, "label": v.label, "family": v.family, "m": v.m, "models": v.models,
+                         "roles": v.roles, "latency_us": v.latency_us, "tflops": v.tflops, "side": v.side,
+                         "backend": v.backend, "scheme": v.scheme}
+                        for v in rows if v.status == "ok" and v.m is not None and v.latency_us]}
+              for r, rows in runs]
+    return _page("shape.html", links, "Shape", {"page": "shape", "series": series}, [r.id for r, _ in runs],
+                 runs=[r for r, _ in runs], plots=True)
+
+
+def render_roofline(page: RooflinePage, links: Links) -> str:
+    data = {"page": "roofline", "run": page.run.to_json(), "points": _rows_json(page.points),
+            "compute_tflops": page.compute_tflops, "memory_gbps": page.memory_gbps, "source": page.peak_source}
+    return _page("roofline.html", links, f"Roofline {page.run.id}", data, [page.run.id], run=page.run,
+                 page_data=page, plots=True)
+
+
+def render_case(run: RunSummary, links: Links, detail: Optional[dict[str, Any]] = None,
+                chunks: Optional[list[str]] = None, indexes: Optional[list[int]] = None) -> str:
+    """Inline (`detail`, the server) or by reference (`chunks`: the run's data scripts, the static site;
+    the page picks the case named in its `?case=`)."""
+    data = {"page": "case", "run": run.to_json(), "case": detail, "chunk_size": CASES_PER_CHUNK,
+            "chunks": chunks, "indexes": indexes}
+    title = f"Case {detail['index']} of {run.id}" if detail else f"Cases of {run.id}"
+    return _page("case.html", links, title, data, [run.id], run=run, plots=True)
+
+
+def render_compare(page: Optional[ComparePage], links: Links, runs: list[RunSummary]) -> str:
+    if page is None:
+        data: dict[str, Any] = {"page": "compare", "cases": None}
+        return _page("compare.html", links, "Compare", data, [r.id for r in runs], cmp=None, runs=runs)
+    data = {"page": "compare", "a": page.a.to_json(), "b": page.b.to_json(), "available": page.available,
+            "cases": [c.to_json() for c in page.cases]}
+    return _page("compare.html", links, f"Compare {page.a.id} / {page.b.id}", data, [page.a.id, page.b.id],
+                 cmp=page, runs=runs, plots=page.available)
+
+
+def render_error(message: str, links: Links) -> str:
+    return _page("error.html", links, "Not found", {"page": "error"}, [], message=message)

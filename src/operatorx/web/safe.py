@@ -1,0 +1,62 @@
+"""Text from rows made safe to show: terminal escapes stripped, JSON embeddable in a page.
+
+HTML escaping itself is Jinja's (autoescape on) and the browser's (pages set text with
+`textContent`, never `innerHTML`). What is left here: a message may carry ANSI colour codes or
+other control characters a terminal would act on, and JSON placed inside `<script>` must not be
+able to close the element.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+from markupsafe import Markup
+
+__all__ = ["clean", "clean_text", "script_json"]
+
+# CSI (colours, cursor moves), OSC (titles, hyperlinks) and lone two-byte escapes, then any other C0/C1
+# control character except tab and newline.
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-_]?|\x9b[0-?]*[ -/]*[@-~]")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_SCRIPT_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+_SCRIPT_UNSAFE = re.compile("[<>&\u2028\u2029]")
+
+
+def clean_text(text: str) -> str:
+    """The text without terminal escapes or control characters (tab and newline stay)."""
+    if "\x1b" in text or "\x9b" in text:
+        text = _ANSI.sub("", text)
+    return _CONTROL.sub("", text)
+
+
+def _numbers_only(values: list[Any]) -> bool:
+    """True for a list of finite numbers (the common case: samples), checked at C speed."""
+    try:
+        return math.isfinite(math.fsum(values))
+    except (TypeError, OverflowError):
+        return False
+
+
+def clean(value: Any) -> Any:
+    """A JSON value with every string (keys too) cleaned and every NaN or infinity made null."""
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {clean_text(str(k)): clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        if value and _numbers_only(list(value)):
+            return list(value)
+        return [clean(v) for v in value]
+    return value
+
+
+def script_json(value: Any) -> Markup:
+    """JSON to place inside `<script type="application/json">`: `<`, `>`, `&` and the JS line
+    separators are written as \\u escapes, so no string can end the element or start a comment."""
+    text = json.dumps(value, separators=(",", ":"), allow_nan=False, default=str)
+    return Markup(_SCRIPT_UNSAFE.sub(lambda m: _SCRIPT_ESCAPES[m.group(0)], text))

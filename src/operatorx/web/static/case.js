@@ -1,0 +1,125 @@
+/* Case page: one row in full: samples, how it stopped, telemetry, kernels, host time, the check, the trace. */
+"use strict";
+(() => {
+  const { data, el, fmt, param, plot, link } = OX;
+  const run = data.run;
+
+  const kv = (pairs) => el("dl", { class: "kv" }, ...pairs.filter(p => p[1] !== undefined && p[1] !== null && p[1] !== "")
+    .flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, typeof v === "number" ? fmt(v, 2) : typeof v === "object"
+      ? JSON.stringify(v) : String(v))]));
+  const section = (title, ...body) => el("section", { class: "case-section", "data-section": title },
+    el("h2", {}, title), ...body);
+  const pre = (v) => el("pre", { class: "json" }, typeof v === "string" ? v : JSON.stringify(v, null, 1));
+  const table = (cols, rows) => el("table", { class: "rows" },
+    el("thead", {}, el("tr", {}, ...cols.map(c => el("th", {}, c[0])))),
+    el("tbody", {}, ...rows.map(r => el("tr", {}, ...cols.map(c => {
+      const v = typeof c[1] === "function" ? c[1](r) : r[c[1]];
+      return el("td", { class: typeof v === "number" ? "num" : "" }, typeof v === "number" ? fmt(v, 2)
+        : (v && typeof v === "object") ? JSON.stringify(v) : (v === undefined || v === null ? "" : String(v)));
+    })))));
+
+  function show(c) {
+    const m = c.metrics || {};
+    const box = document.getElementById("case");
+    document.title = `Case ${c.index} · ${run.id} · OperatorX`;
+    document.querySelector("h1").textContent = `Case ${c.index}: ${c.label}`;
+    const nav = el("p", { class: "links" },
+      el("a", { href: link("case", { run: run.id, index: c.index - 1 }) }, "‹ previous case"), " · ",
+      el("a", { href: link("case", { run: run.id, index: c.index + 1 }) }, "next case ›"), " · ",
+      el("a", { href: link("run", { run: run.id }) }, "all rows"));
+    box.replaceChildren(nav,
+      el("p", { class: "status st-" + c.status, id: "case-status" }, c.status + (c.error_kind ? ` (${c.error_kind})` : "")),
+      c.message ? el("pre", { class: "message", id: "case-message" }, c.message) : "",
+      kv([["backend", (c.op || {}).backend], ["side", c.side], ["sources", ((c.op || {}).sources || []).join(", ")],
+          ["scheme", m.scheme], ["latency µs", m.latency_us], ["method", m.method], ["clock", m.clock],
+          ["L2 state", m.l2_state], ["L2 verified", m.l2_verified], ["median noise", m.noise],
+          ["TFLOP/s", m.tflops], ["GB/s", m.gbps], ["% of peak", m.pct_peak],
+          ["peak", m.peak ? `${m.peak.compute_class}: ${m.peak.tflops} TFLOP/s, ${m.peak.memory_gbps} GB/s (${m.peak.source})` : null],
+          ["FLOP", m.flops], ["min bytes", m.min_bytes]]),
+      el("details", {}, el("summary", {}, "args"), pre((c.op || {}).args)));
+
+    const samples = m.samples_us || [];
+    if (samples.length) {
+      const s = m.summary_us || {};
+      plot("plot-samples", [{ type: "histogram", x: samples, nbinsx: Math.min(80, Math.max(10, samples.length / 5)),
+                              name: "samples", marker: { color: "#4a7ab5" } }],
+           { title: { text: `${samples.length} samples (µs)` }, xaxis: { title: { text: "µs per call" } },
+             yaxis: { title: { text: "samples" } },
+             shapes: s.median ? [{ type: "line", x0: s.median, x1: s.median, yref: "paper", y0: 0, y1: 1,
+                                   line: { color: "#c33", dash: "dot" } }] : [] }, samples.length);
+    } else {
+      document.getElementById("plot-samples").replaceChildren(el("p", { class: "empty" }, "No samples: the case did not run."));
+      document.getElementById("plot-samples").dataset.points = "0";
+    }
+
+    const out = [];
+    if (m.stop_reason || m.summary_us) {
+      out.push(section("How it stopped", kv([["stop reason", m.stop_reason],
+        ["warmup", m.warmup ? `${m.warmup.calls} calls, ${fmt(m.warmup.seconds, 2)} s` : null]]),
+        m.summary_us ? table([["n", "n"], ["median", "median"], ["mean", "mean"], ["min", "min"], ["p10", "p10"],
+                              ["p90", "p90"], ["max", "max"], ["iqr", "iqr"], ["cv", "cv"]], [m.summary_us]) : "",
+        m.timing ? el("details", {}, el("summary", {}, "timing settings and what the timer saw"), pre(m.timing)) : ""));
+    }
+    const t = m.telemetry;
+    if (t) {
+      const reading = k => t[k] && typeof t[k] === "object" ? [k, t[k].min, t[k].p50, t[k].max] : null;
+      const readings = ["sm_clock_mhz", "mem_clock_mhz", "power_w", "temperature_c"].map(reading).filter(Boolean);
+      out.push(section("Telemetry",
+        kv([["available", t.available], ["capped", t.capped], ["capping reasons", (t.capping_reasons || []).join(", ")],
+            ["energy mJ", t.energy_mj], ["readings", t.readings]]),
+        readings.length ? table([["reading", 0], ["min", 1], ["p50", 2], ["max", 3]], readings) : "",
+        (t.attempts || []).length ? table([["latency µs", "latency_us"], ["pause s", "pause_s"], ["capped", "capped"],
+          ["reasons", r => (r.capping_reasons || []).join(", ")], ["SM MHz", "sm_clock_mhz"], ["power W", "power_w"],
+          ["stop", "stop_reason"], ["samples", "samples"], ["kept", "kept"]], t.attempts) : ""));
+    }
+    const p = m.profile;
+    if (p && p.kernels) {
+      out.push(section("Kernel breakdown", kv([["calls traced", p.calls], ["span µs (median)", p.span_us_median],
+          ["busy µs (median)", p.busy_us_median], ["host gaps included", p.host_gaps_included]]),
+        table([["kernel", "name"], ["per call", "count_per_call"], ["µs per call", "device_us_per_call"],
+               ["µs median", "device_us_median"], ["grid", "grid"], ["block", "block"],
+               ["regs/thread", "registers_per_thread"], ["smem B", "shared_memory_bytes"]], p.kernels)));
+    }
+    if (m.profile_error) out.push(section("Profile error", el("pre", { class: "message" }, m.profile_error)));
+    const h = m.host;
+    if (h) {
+      const layers = Object.entries(h.layers || {}).map(([name, info]) => ({ name, ...info }));
+      out.push(section("Host time and layers", kv([["host µs per call", h.host_us_per_call], ["iqr µs", h.iqr_us],
+          ["device µs per call", h.device_us_per_call], ["host-bound", h.host_bound], ["why", h.host_bound_why],
+          ["warnings", (h.warnings || []).join("; ")]]),
+        layers.length ? table([["layer", "name"], ["host µs", "host_us_per_call"], ["iqr µs", "iqr_us"],
+          ["output vs public", r => r.error || (r.output_vs_public || {}).result || r.same_as || ""]], layers) : ""));
+    }
+    if (m.check) out.push(section("Check", kv(Object.entries(m.check))));
+    if (m.trace_path || m.counters) {
+      out.push(section("Trace and counters",
+        m.trace_path ? el("p", {}, "trace (Perfetto): ", el("a", { href: "file://" + encodeURI(m.trace_path), class: "trace" },
+                                                               m.trace_path)) : "",
+        m.counters ? pre(m.counters) : ""));
+    }
+    if (m.backend_meta) out.push(section("Backend", kv(Object.entries(m.backend_meta))));
+    if (m.case_seconds) out.push(section("Wall seconds", kv(Object.entries(m.case_seconds))));
+    if (c.other && Object.keys(c.other).length) out.push(section("Other metrics", pre(c.other)));
+    document.getElementById("case-sections").replaceChildren(...out);
+  }
+
+  function missing(why) {
+    document.getElementById("case").replaceChildren(el("p", { class: "error", id: "error" }, why));
+    const ps = document.getElementById("plot-samples");
+    ps.dataset.points = "0";
+  }
+
+  if (data.case) { show(data.case); return; }
+  // Static site: the case named in ?case= comes from the run's data script that holds it.
+  const want = parseInt(param("case", String((data.indexes || [0])[0])), 10);
+  const pos = (data.indexes || []).indexOf(want);
+  if (pos < 0) { missing(`run ${run.id} has no case ${param("case")}`); return; }
+  window.oxCaseChunk = (cases) => {
+    const c = cases.find(x => x.index === want);
+    if (c) show(c); else missing(`case ${want} not in its data file`);
+  };
+  const s = document.createElement("script");
+  s.src = data.chunks[Math.floor(pos / data.chunk_size)];
+  s.onerror = () => missing("the case's data file did not load");
+  document.body.append(s);
+})();

@@ -1,0 +1,42 @@
+/* Roofline page: achieved TFLOP/s against arithmetic intensity, with the device's ceilings. */
+"use strict";
+(() => {
+  const { data, param, fillSelect, uniq, sortNatural, plot, ptext, link } = OX;
+  const points = data.points;
+  fillSelect("f-scheme", sortNatural(uniq(points.map(p => p.scheme))), "scheme", draw);
+
+  function draw() {
+    const scheme = param("scheme");
+    const shown = points.filter(p => !scheme || p.scheme === scheme);
+    const traces = [];
+    for (const s of uniq(shown.map(p => p.scheme))) {
+      const ps = shown.filter(p => p.scheme === s);
+      traces.push({ type: "scatter", mode: "markers", name: ptext(s || "points"), x: ps.map(p => p.intensity),
+        y: ps.map(p => p.tflops), customdata: ps.map(p => p.index), marker: { size: 8 },
+        text: ps.map(p => ptext(`#${p.index} ${p.label} ${p.scheme}`) + "<br>" + ptext(`${p.latency_us.toFixed(2)} µs, ` +
+                                `${p.gbps ? p.gbps.toFixed(0) : "-"} GB/s` + (p.pct_peak ? `, ${p.pct_peak.toFixed(1)}% of peak` : ""))),
+        hovertemplate: "%{text}<br>%{x:.3g} FLOP/B, %{y:.3g} TFLOP/s<extra></extra>" });
+    }
+    const xs = shown.map(p => p.intensity);
+    const lo = Math.min(...xs, 1) / 2, hi = Math.max(...xs, 1000) * 2;
+    const bw = data.memory_gbps;
+    for (const [cls, tf] of Object.entries(data.compute_tflops || {})) {
+      if (!bw || !tf) continue;
+      const knee = tf * 1000 / bw;                         // FLOP/B where bandwidth meets compute
+      traces.push({ type: "scatter", mode: "lines", name: ptext(`${cls} ceiling ${tf} TFLOP/s, ${bw} GB/s`),
+        x: [lo, knee, hi], y: [lo * bw / 1000, tf, tf], line: { dash: "dash" }, hoverinfo: "name" });
+    }
+    document.getElementById("count").textContent = `${shown.length} points`;
+    plot("plot-roofline", traces, { xaxis: { title: { text: "arithmetic intensity (FLOP / byte)" }, type: "log" },
+                                    yaxis: { title: { text: "TFLOP/s" }, type: "log" } }, shown.length);
+    const div = document.getElementById("plot-roofline");
+    if (div.on && !div.dataset.clicks) {
+      div.dataset.clicks = "1";
+      div.on("plotly_click", ev => {
+        const p = ev.points && ev.points[0];
+        if (p && p.customdata !== undefined) location.href = link("case", { run: data.run.id, index: p.customdata });
+      });
+    }
+  }
+  draw();
+})();

@@ -1,0 +1,68 @@
+/* Run page: the run's rows, filtered by model, role, scheme, M, status and text; sorted by any number. */
+"use strict";
+(() => {
+  const { data, el, fmt, param, setParam, fillSelect, uniq, sortNatural, link, Grid } = OX;
+  const run = data.run;
+  const rows = data.rows;
+
+  function note(r) {
+    const parts = [];
+    if (r.error_kind) parts.push(r.error_kind);
+    if (r.message) parts.push(r.message);
+    if (r.status === "ok") {
+      if (r.clock === "host") parts.push("host clock");
+      if (r.capped) parts.push("clock capped");
+      if (r.noise !== null && r.noise > 0.01) parts.push(`median ±${(100 * r.noise).toFixed(1)}%`);
+    }
+    return parts.join("; ");
+  }
+
+  const columns = [
+    { key: "index", title: "#", num: true, cell: r => String(r.index) },
+    { key: "label", title: "case", cell: r => el("a", { href: link("case", { run: run.id, index: r.index }),
+                                                        class: "case-link" }, r.label) },
+    { key: "scheme", title: "scheme" },
+    { key: "m", title: "M", num: true, cell: r => r.m === null ? "-" : String(r.m) },
+    { key: "status", title: "status", cell: r => el("span", { class: "status" }, r.status) },
+    { key: "latency_us", title: "latency µs", num: true, digits: 2 },
+    { key: "tflops", title: "TFLOP/s", num: true },
+    { key: "gbps", title: "GB/s", num: true },
+    { key: "pct_peak", title: "% peak", num: true },
+    { key: "sources", title: "sources", sortable: false, cls: "src", cell: r => r.sources.join(", ") },
+    { key: "note", title: "note", sortable: false, cls: "msg", cell: note },
+  ];
+  if (uniq(rows.map(r => r.backend)).length > 1 || uniq(rows.map(r => r.side)).length > 1) {
+    columns.splice(4, 0, { key: "backend", title: "backend", cell: r => r.backend + (r.side ? ` (${r.side})` : "") });
+  }
+  const grid = new Grid(document.getElementById("rows-table"), document.getElementById("pager"), columns,
+                        { pageSize: 100 });
+  const q = document.getElementById("q");
+  q.value = param("q");
+
+  function apply() {
+    const model = param("model"), role = param("role"), scheme = param("scheme"), m = param("m"),
+      status = param("status"), text = q.value.trim().toLowerCase();
+    const shown = rows.filter(r => (!model || r.models.includes(model)) && (!role || r.roles.includes(role))
+      && (!scheme || r.scheme === scheme) && (!m || String(r.m) === m) && (!status || r.status === status)
+      && (!text || (r.label + " " + r.message + " " + r.sources.join(" ")).toLowerCase().includes(text)));
+    document.getElementById("count").textContent = `${shown.length} of ${rows.length} rows`;
+    grid.setRows(shown);
+  }
+  const reset = () => { setParam("page", ""); apply(); };
+  fillSelect("f-model", sortNatural(uniq(rows.flatMap(r => r.models))), "model", reset);
+  fillSelect("f-role", sortNatural(uniq(rows.flatMap(r => r.roles))), "role", reset);
+  fillSelect("f-scheme", sortNatural(uniq(rows.map(r => r.scheme))), "scheme", reset);
+  fillSelect("f-m", sortNatural(uniq(rows.map(r => r.m))).map(String), "m", reset);
+  const statusSel = fillSelect("f-status", ["ok", "unsupported", "error", "missing"], "status", reset);
+  q.addEventListener("input", () => { setParam("q", q.value.trim()); reset(); });
+
+  const counts = {};
+  for (const r of rows) counts[r.status] = (counts[r.status] || 0) + 1;
+  const bar = document.getElementById("status-counts");
+  for (const s of ["ok", "unsupported", "error", "missing"]) {
+    bar.append(el("button", { class: "count-chip st-" + s, "data-status": s, onclick: () => {
+      statusSel.value = statusSel.value === s ? "" : s; setParam("status", statusSel.value); reset(); } },
+      `${s} ${counts[s] || 0}`));
+  }
+  apply();
+})();

@@ -1,0 +1,192 @@
+"""What the pages show, as typed data: built from a run summary (`Store.list_runs()`) or a row of a
+result document (`Row.to_json()`), cleaned (web/safe.py) on the way in. Pages get these through
+`to_json()`; nothing here reads the database."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any, Optional
+
+from operatorx.web.safe import clean, clean_text
+
+__all__ = ["RunSummary", "RowView", "ReasonGroup", "CompareCase", "run_summary", "row_view", "case_key",
+           "reason_groups", "STATUSES"]
+
+STATUSES = ("ok", "unsupported", "error", "missing")
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+def _float(value: Any) -> Optional[float]:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    id: str
+    started_at: str
+    finished_at: Optional[str]
+    state: str
+    testlist: str
+    backend: str
+    device: str
+    gpu: Optional[str]
+    driver: Optional[str]
+    run_group: Optional[str]
+    shard: Optional[str]
+    rows: int
+    counts: Optional[dict[str, int]]     # None where the store does not count by status
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def series(self) -> str:
+        """How a line or a side of a comparison names this run: GPU (or device) and backend."""
+        return f"{self.gpu or self.device} · {self.backend}"
+
+
+def run_summary(r: dict[str, Any]) -> RunSummary:
+    """A run of `Store.list_runs()`, cleaned; keys a store does not give read as empty."""
+    counts = r.get("counts")
+    return RunSummary(
+        id=clean_text(str(r["id"])), started_at=clean_text(str(r.get("started_at") or "")),
+        finished_at=clean_text(str(r["finished_at"])) if r.get("finished_at") else None,
+        state=clean_text(str(r.get("state") or "")), testlist=clean_text(str(r.get("testlist") or "")),
+        backend=clean_text(str(r.get("backend") or "")), device=clean_text(str(r.get("device") or "")),
+        gpu=clean_text(str(r["gpu"])) if r.get("gpu") else None,
+        driver=clean_text(str(r["driver"])) if r.get("driver") else None,
+        run_group=clean_text(str(r["run_group"])) if r.get("run_group") else None,
+        shard=clean_text(str(r["shard"])) if r.get("shard") else None,
+        rows=int(r.get("rows") or 0),
+        counts={s: int(counts.get(s) or 0) for s in STATUSES} if isinstance(counts, dict) else None)
+
+
+@dataclass(frozen=True)
+class RowView:
+    """One row as the Run, Shape and Roofline pages use it (no samples: those are the Case page's)."""
+    index: int
+    label: str
+    type: str
+    status: str
+    error_kind: Optional[str]
+    message: str
+    backend: str
+    side: str
+    scheme: str
+    m: Optional[int]                   # GEMM M, or MoE tokens: the size the Shape page plots against
+    family: str                        # the case with its M left out: `gemm Mx7168x2048 bf16`
+    models: list[str]
+    roles: list[str]
+    sources: list[str]
+    latency_us: Optional[float]
+    tflops: Optional[float]
+    gbps: Optional[float]
+    pct_peak: Optional[float]
+    flops: Optional[float]
+    min_bytes: Optional[float]
+    intensity: Optional[float]         # FLOP per byte moved (flops / min_bytes)
+    stop_reason: Optional[str]
+    noise: Optional[float]
+    capped: bool
+    clock: Optional[str]
+    key: str = field(repr=False, default="")
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        del out["key"]
+        return out
+
+
+def case_key(op: dict[str, Any]) -> str:
+    """The case's identity as `Case.key()` writes it, from the document's `op`."""
+    return json.dumps({"type": op.get("type"), "args": op.get("args")}, sort_keys=True, separators=(",", ":"))
+
+
+def _family(op_type: str, args: dict[str, Any], label: str, scheme: str) -> tuple[Optional[int], str]:
+    if op_type == "gemm":
+        m = args.get("m")
+        return (m if isinstance(m, int) else None), f"gemm Mx{args.get('n')}x{args.get('k')} {scheme}".strip()
+    if op_type == "moe":
+        t = args.get("tokens")
+        return (t if isinstance(t, int) else None), f"{re.sub(r'T=[0-9]+', 'T=M', label)} {scheme}".strip()
+    return None, f"{label} {scheme}".strip()
+
+
+def _split_source(source: str) -> tuple[str, str]:
+    """`deepseek-ai/DeepSeek-V3/self_attn.q_b_proj` -> (`deepseek-ai/DeepSeek-V3`, `self_attn.q_b_proj`)."""
+    model, _, role = source.rpartition("/")
+    return (model, role) if model else (source, "")
+
+
+def row_view(r: dict[str, Any]) -> RowView:
+    op = r.get("op") or {}
+    m = r.get("metrics") or {}
+    op_type, args = str(op.get("type", "")), op.get("args") or {}
+    label = clean_text(str(r.get("label") or op_type))
+    scheme = clean_text(str(m.get("scheme") or ""))
+    size, family = _family(op_type, args, label, scheme)
+    sources = [clean_text(str(s)) for s in op.get("sources") or []]
+    split = [_split_source(s) for s in sources]
+    flops, min_bytes = _float(m.get("flops")), _float(m.get("min_bytes"))
+    return RowView(
+        index=int(r.get("case_index") or 0), label=label, type=clean_text(op_type),
+        status=clean_text(str(r.get("status") or "")),
+        error_kind=clean_text(str(r["error_kind"])) if r.get("error_kind") else None,
+        message=clean_text(str(r.get("message") or "")), backend=clean_text(str(op.get("backend") or "")),
+        side=clean_text(str(r.get("side") or "")), scheme=scheme, m=size, family=family,
+        models=sorted({s[0] for s in split}), roles=sorted({s[1] for s in split if s[1]}), sources=sources,
+        latency_us=_float(m.get("latency_us")), tflops=_float(m.get("tflops")), gbps=_float(m.get("gbps")),
+        pct_peak=_float(m.get("pct_peak")), flops=flops, min_bytes=min_bytes,
+        intensity=flops / min_bytes if flops and min_bytes else None,
+        stop_reason=clean_text(str(m["stop_reason"])) if m.get("stop_reason") else None,
+        noise=_float(m.get("noise")), capped=bool(m.get("capped")),
+        clock=clean_text(str(m["clock"])) if m.get("clock") else None, key=case_key(op))
+
+
+@dataclass(frozen=True)
+class ReasonGroup:
+    """Rows that did not run for the same reason (numbers in the message set aside)."""
+    status: str
+    error_kind: Optional[str]
+    example: str
+    count: int
+    indexes: list[int]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def reason_groups(rows: list[RowView]) -> list[ReasonGroup]:
+    """Unsupported and error rows grouped by status, kind and message shape, largest group first."""
+    groups: dict[tuple[str, str, str], list[RowView]] = {}
+    for r in rows:
+        if r.status in ("unsupported", "error"):
+            groups.setdefault((r.status, r.error_kind or "", _NUMBER.sub("#", r.message)), []).append(r)
+    out = [ReasonGroup(status=k[0], error_kind=k[1] or None, example=v[0].message or "(no message)",
+                       count=len(v), indexes=[r.index for r in v]) for k, v in groups.items()]
+    return sorted(out, key=lambda g: (-g.count, g.status, g.example))
+
+
+@dataclass(frozen=True)
+class CompareCase:
+    """One case of `compare_documents`, with where it sits in each run and its size for the plot."""
+    case_key: str
+    label: str
+    family: str
+    m: Optional[int]
+    index_a: Optional[int]
+    index_b: Optional[int]
+    a_latency_us: Optional[float]
+    b_latency_us: Optional[float]
+    ratio: Optional[float]
+    ci_low: Optional[float]
+    ci_high: Optional[float]
+    p_value: Optional[float]
+    q_value: Optional[float]
+    verdict: str
+    flags: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return clean(asdict(self))  # type: ignore[no-any-return]
