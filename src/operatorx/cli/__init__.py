@@ -5,9 +5,11 @@ from __future__ import annotations
 import typer
 
 from operatorx.cli.ab import ab_command
+from operatorx.cli.db import db_app
 from operatorx.cli.results import results_app
 from operatorx.cli.run import run_command
 from operatorx.cli.testlist import testlist_app
+from operatorx.cli.web import report_app, serve_command
 
 __all__ = ["app", "main"]
 
@@ -17,6 +19,9 @@ app.command("run")(run_command)
 app.command("ab")(ab_command)
 app.add_typer(testlist_app, name="testlist")
 app.add_typer(results_app, name="results")
+app.add_typer(db_app, name="db")
+app.command("serve")(serve_command)
+app.add_typer(report_app, name="report")
 
 
 def main() -> None:
