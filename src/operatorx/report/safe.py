@@ -51,8 +51,16 @@ def plain(value: Any, keep_newlines: bool = False) -> str:
 
 
 def term(value: Any, keep_newlines: bool = False) -> str:
-    """`str(value)` cleaned and markup-escaped, for anything printed through rich."""
-    return escape(plain(value, keep_newlines))
+    """`str(value)` cleaned and markup-escaped, for anything printed through rich.
+
+    rich's `escape` doubles a trailing backslash (so that markup appended after it stays markup);
+    that prints as two backslashes, so here a trailing backslash stays single. Put markup after a
+    `term()` string only behind a space.
+    """
+    text = plain(value, keep_newlines)
+    escaped = escape(text)
+    doubled = text.endswith("\\") and not text.endswith("\\\\") and escaped.endswith("\\\\")
+    return escaped[:-1] if doubled else escaped
 
 
 def md_cell(value: Any) -> str:
