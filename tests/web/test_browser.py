@@ -1,0 +1,178 @@
+"""The dashboard in a real browser (Debian's Chromium driven by Playwright, headless): served on
+127.0.0.1 and opened from disk (file://). Plots drew their points, filters change rows and the URL,
+hostile rows stay text. Screenshots go to the test's tmp dir, and to OPERATORX_SCREENSHOTS when set
+(`OPERATORX_SCREENSHOTS=docs/img` refreshes the README's)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+
+from operatorx.web.queries import compare_documents
+from tests.web.conftest import WebDb, chromium_path
+
+sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install -e '.[dev]')")
+CHROMIUM = chromium_path()
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no Chromium at /usr/bin/chromium (apt-get install -y "
+                                                        "chromium)")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    """A page that fails the test on any script error, console error or dialog (an alert is an exploit)."""
+    ctx = browser.new_context(viewport={"width": 1400, "height": 900})
+    pg = ctx.new_page()
+    problems: list[str] = []
+    pg.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    pg.on("console", lambda m: problems.append(f"console: {m.text}") if m.type == "error" else None)
+    pg.on("dialog", lambda d: (problems.append(f"dialog: {d.message}"), d.dismiss()))
+    yield pg
+    ctx.close()
+    assert not problems, problems
+
+
+def _shot(pg: Any, name: str, tmp_path: Path) -> None:
+    pg.screenshot(path=str(tmp_path / f"{name}.png"), full_page=False)
+    where = os.environ.get("OPERATORX_SCREENSHOTS")
+    if where:
+        Path(where).mkdir(parents=True, exist_ok=True)
+        pg.screenshot(path=str(Path(where) / f"{name}.png"), full_page=False)
+
+
+def _points(pg: Any, plot_id: str) -> int:
+    """Markers plotly drew in the plot (scatter points or histogram bars), and what the page meant to draw."""
+    pg.wait_for_selector(f"#{plot_id}[data-drawn='1']", timeout=15000)
+    meant = int(pg.get_attribute(f"#{plot_id}", "data-points"))
+    return meant
+
+
+def _ok_rows(web_db: WebDb) -> list[dict]:
+    return [r for r in web_db.doc_a["rows"] if r["status"] == "ok"]
+
+
+def test_runs_page_filter_changes_rows_and_url(page, server_url, web_db, tmp_path):
+    page.goto(server_url + "/")
+    rows = page.locator("#runs-table tbody tr")
+    assert rows.count() == 3
+    page.select_option("#f-testlist", "gemm_perf")
+    assert rows.count() == 2 and "testlist=gemm_perf" in page.url
+    _shot(page, "runs", tmp_path)
+    page.reload()                                           # the URL carries the view
+    assert page.locator("#runs-table tbody tr").count() == 2
+    assert page.input_value("#f-testlist") == "gemm_perf"
+
+
+def test_run_page_filter_sort_and_pages(page, server_url, web_db, tmp_path):
+    page.goto(f"{server_url}/run/{web_db.run_a}")
+    body = page.locator("#rows-table tbody tr")
+    assert body.count() == len(web_db.doc_a["rows"])
+    _shot(page, "run", tmp_path)
+    page.select_option("#f-status", "ok")
+    assert body.count() == len(_ok_rows(web_db)) and "status=ok" in page.url
+    page.click("#rows-table th[data-key='tflops']")         # numbers sort largest first
+    assert "sort=-tflops" in page.url
+    best = max(_ok_rows(web_db), key=lambda r: r["metrics"]["tflops"])
+    assert page.locator("#rows-table tbody tr").first.locator("td").first.inner_text() == str(best["case_index"])
+    page.goto(f"{server_url}/run/{web_db.run_a}?status=unsupported&sort=latency_us")
+    assert body.count() == len([r for r in web_db.doc_a["rows"] if r["status"] == "unsupported"])
+    page.click("#rows-table tbody tr a.case-link")
+    assert "/case/" in page.url
+
+
+def test_roofline_plots_one_point_per_ok_case(page, server_url, web_db, tmp_path):
+    page.goto(f"{server_url}/roofline/{web_db.run_a}")
+    n = len(_ok_rows(web_db))
+    assert _points(page, "plot-roofline") == n
+    assert page.locator("#plot-roofline .scatterlayer .point").count() == n
+    assert page.locator("#no-peaks").count() == 1          # CPU: no ceilings, and the page says so
+    _shot(page, "roofline", tmp_path)
+
+
+def test_shape_plots_a_line_per_run(page, server_url, web_db, tmp_path):
+    page.goto(f"{server_url}/shape?runs={web_db.run_a},{web_db.run_b}")
+    fam = page.input_value("#f-family")
+    in_family = [r for r in _ok_rows(web_db) if r["label"].startswith("gemm ") and
+                 fam.startswith("gemm Mx{n}x{k} ".format(**r["op"]["args"]))]
+    assert _points(page, "plot-latency") == 2 * len(in_family)
+    assert page.locator("#plot-latency .scatterlayer .trace").count() == 2
+    assert page.locator("#plot-tflops .scatterlayer .point").count() == 2 * len(in_family)
+    _shot(page, "shape", tmp_path)
+    page.uncheck(f"#runs-pick input[data-run='{web_db.run_b}']")
+    assert page.locator("#plot-latency .scatterlayer .trace").count() == 1 and "hide=1" in page.url
+
+
+def test_case_page_draws_every_sample(page, server_url, web_db, tmp_path):
+    row = _ok_rows(web_db)[0]
+    page.goto(f"{server_url}/case/{web_db.run_a}/{row['case_index']}")
+    assert _points(page, "plot-samples") == len(row["metrics"]["samples_us"])
+    assert page.locator("#plot-samples .bars .point").count() > 0
+    sections = page.locator("section.case-section h2").all_inner_texts()
+    assert {"How it stopped", "Telemetry", "Check"} <= set(sections)
+    _shot(page, "case", tmp_path)
+
+
+@pytest.mark.skipif(compare_documents is None, reason="operatorx.report.compare is not in this build")
+def test_compare_page_ratio_table_and_plot(page, server_url, web_db, tmp_path):
+    page.goto(f"{server_url}/compare?a={web_db.run_a}&b={web_db.run_b}")
+    n = len(_ok_rows(web_db))
+    assert _points(page, "plot-ratio") == n
+    assert page.locator("#plot-ratio .scatterlayer .point").count() == n
+    assert page.locator("#compare-table tbody tr").count() == len(web_db.doc_a["rows"])
+    _shot(page, "compare", tmp_path)
+    page.select_option("#f-verdict", page.locator("#f-verdict option").nth(1).get_attribute("value"))
+    assert "verdict=" in page.url
+
+
+def test_hostile_rows_render_as_text(page, server_url, web_db, tmp_path):
+    page.goto(f"{server_url}/run/{quote(web_db.hostile, safe='')}")
+    page.wait_for_selector("#rows-table tbody tr")
+    assert page.evaluate("window.__pwned") is None
+    assert page.locator("#rows-table img, #reasons img, main script").count() == 0
+    note = page.locator("#rows-table tbody tr").first.locator("td.msg").inner_text()
+    assert "<script>window.__pwned=1</script>" in note and "[/red]" in note and "\x1b" not in note
+    reason = page.locator("#reasons td.msg").first.inner_text()
+    assert "<img src=x" in reason
+    assert "window.__pwned=3" in page.locator("dl.runinfo").inner_text()    # the testlist, as text
+    page.goto(f"{server_url}/case/{quote(web_db.hostile, safe='')}/0")
+    assert "<script>window.__pwned=1</script>" in page.locator("#case-message").inner_text()
+    page.goto(f"{server_url}/shape?runs={quote(web_db.hostile, safe='')}&by=role")
+    page.wait_for_selector("#plot-latency[data-drawn='1']")
+    assert page.evaluate("window.__pwned") is None
+
+
+def test_static_site_from_disk(page, static_site, web_db, tmp_path):
+    page.goto((static_site / "index.html").as_uri())
+    assert page.locator("#runs-table tbody tr").count() == 3
+    page.click(f"a.run-link:text-is('{web_db.run_a}')")
+    assert page.url.endswith(f"run-{web_db.run_a}.html")
+    page.select_option("#f-status", "ok")                    # filters work from file:// too
+    assert page.locator("#rows-table tbody tr").count() == len(_ok_rows(web_db))
+    page.click("#rows-table tbody tr a.case-link")
+    row = _ok_rows(web_db)[0]
+    assert f"case={row['case_index']}" in page.url
+    assert _points(page, "plot-samples") == len(row["metrics"]["samples_us"])
+    page.goto((static_site / f"roofline-{web_db.run_a}.html").as_uri())
+    assert _points(page, "plot-roofline") == len(_ok_rows(web_db))
+    assert page.locator("#plot-roofline .scatterlayer .point").count() == len(_ok_rows(web_db))
+    page.goto((static_site / "shape.html").as_uri())
+    assert _points(page, "plot-latency") > 0
+    if compare_documents is not None:
+        page.goto((static_site / f"compare-{web_db.run_a}--{web_db.run_b}.html").as_uri())
+        assert _points(page, "plot-ratio") == len(_ok_rows(web_db))
+    hostile = next(static_site.glob("run-hostile*.html"))
+    page.goto(hostile.as_uri())
+    page.wait_for_selector("#rows-table tbody tr")
+    assert page.evaluate("window.__pwned") is None
