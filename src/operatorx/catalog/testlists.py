@@ -6,9 +6,10 @@
 - `gemm_fp8`: the pinned FP8 cases (gemm_fp8_pinned.json: per-tensor, per-channel, DeepSeek
   block and ue8m0 cases whose args and order stay fixed), then every FP8 GEMM role of the
   checkpoints in GEMM_FP8 at their deployed TP over a few M.
-- `moe_small`: one layer per MoE checkpoint scheme at tokens=1 (smallest deployed TP); one
-  checkpoint per family swept over 8/64/512/2048; the checkpoints flagged
-  `moe_routing_sweep` under every routing distribution.
+- `moe_small`: one layer per MoE checkpoint scheme at tokens=1 (smallest deployed TP, plus
+  each deployed TP where vLLM pads the experts' per-rank size, e.g. gpt-oss-120b's MXFP4
+  experts at TP 2/4/8); one checkpoint per family swept over 8/64/512/2048; the checkpoints
+  flagged `moe_routing_sweep` under every routing distribution.
 
 Rebuild with `python -m operatorx.catalog` (writes src/operatorx/testlists/).
 """
@@ -24,7 +25,7 @@ from pathlib import Path
 from operatorx.catalog.checkpoints import load_catalog
 from operatorx.catalog.errors import CatalogError, CatalogWarning
 from operatorx.catalog.generate import generate, moe_cases
-from operatorx.catalog.moe_layer import ROUTING_DISTRIBUTIONS
+from operatorx.catalog.moe_layer import ROUTING_DISTRIBUTIONS, experts_inter
 from operatorx.spec import Case, dump_testlist, merge_cases
 from operatorx.spec.gemm import GemmArgs
 
@@ -101,6 +102,10 @@ def _moe_small() -> list[Case]:
             cases += moe_cases(ckpt.arch, roles, src, tp, (1,), False, notes)
             if ckpt.family not in swept_families:
                 cases += moe_cases(ckpt.arch, roles, src, tp, SWEEP_TOKENS, False, notes)
+            for other in ckpt.tps:  # TPs where vLLM pads the experts' per-rank size: one case each
+                run_inter, inter = experts_inter(ckpt.arch, roles["experts"], other)
+                if other != tp and run_inter != inter:
+                    cases += moe_cases(ckpt.arch, roles, src, other, (1,), False, notes)
             if ckpt.moe_routing_sweep:
                 cases += moe_cases(ckpt.arch, roles, src, tp, (1,) + SWEEP_TOKENS, False, notes,
                                    distributions=ROUTING_DISTRIBUTIONS)
