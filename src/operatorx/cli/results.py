@@ -81,3 +81,5 @@ def export(run: str = typer.Argument("latest"), fmt: ExportFormat = typer.Option
             f.write(text)
     else:
         typer.echo(text, nl=False)
+
+import operatorx.cli.compare  # noqa: E402,F401  (registers `results compare` on results_app)
