@@ -14,7 +14,9 @@ from operatorx.cli.web import report_app, serve_command
 __all__ = ["app", "main"]
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
-                  help="Time single inference ops (GEMM, MoE) through the layers serving engines run.")
+                  help="Time single inference ops (GEMM, MoE) through the layers serving engines run. "
+                       "Testlist format: docs/case-format.md; your own backend (--backend py:FILE.py:FUNC): "
+                       "docs/user-backends.md.")
 app.command("run")(run_command)
 app.command("ab")(ab_command)
 app.add_typer(testlist_app, name="testlist")
