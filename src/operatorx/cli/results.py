@@ -14,14 +14,13 @@ from rich.table import Table
 
 from operatorx.report import rows_markdown, rows_table
 from operatorx.report.ab import ab_markdown, ab_table
-from operatorx.store import RunNotFound, Store, document_csv
+from operatorx.store import RunNotFound, Store, StoreError, document_csv
 
 __all__ = ["results_app"]
 
 results_app = typer.Typer(no_args_is_help=True, help="Stored runs and their rows.")
 _out = Console(width=None if sys.stdout.isatty() else 200)
-_err = Console(stderr=True)
-_DB = typer.Option("operatorx.db", "--db", help="SQLite path or SQLAlchemy URL.")
+_DB = typer.Option("operatorx.db", "--db", help="SQLite path, sqlite:///PATH, or postgresql://USER@HOST:PORT/DB.")
 
 
 class ExportFormat(str, Enum):
@@ -29,23 +28,44 @@ class ExportFormat(str, Enum):
     csv = "csv"
 
 
+def _open(db: str) -> Store:
+    """The database, never created by a read command: a bad --db is one line and exit 2."""
+    try:
+        return Store(db, create=False)
+    except StoreError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+
+
 def _document(db: str, run: str) -> dict:
     try:
-        return Store(db).document(run)
+        return _open(db).document(run)
     except RunNotFound as err:
-        _err.print(f"error: {err}")
-        raise typer.Exit(1) from err
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(1) from None
+    except StoreError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
 
 
 @results_app.command("list")
 def list_runs(db: str = _DB) -> None:
     """Runs in the database, newest first."""
+    try:
+        found = _open(db).list_runs()
+    except StoreError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
     t = Table()
-    for col in ("run", "started", "state", "testlist", "backend", "device", "gpu", "rows"):
-        t.add_column(col)
-    for r in Store(db).list_runs():
-        t.add_row(r["id"], r["started_at"], r["state"], r["testlist"], r["backend"], r["device"],
-                  r["gpu"] or "-", str(r["rows"]))
+    for col in ("run", "started", "state", "testlist", "backend", "device", "gpu", "group", "rows", "ok",
+                "unsup", "error", "missing"):
+        t.add_column(col, justify="right" if col in ("rows", "ok", "unsup", "error", "missing") else "left")
+    for r in found:
+        c = r["counts"]
+        group = f"{r['run_group']} {r['shard']}" if r["shard"] else (r["run_group"] or "-")
+        t.add_row(*(escape(str(x)) for x in (r["id"], r["started_at"], r["state"], r["testlist"], r["backend"],
+                                              r["device"], r["gpu"] or "-", group, r["rows"], c["ok"],
+                                              c["unsupported"], c["error"], c["missing"])))
     _out.print(t)
 
 

@@ -9,7 +9,7 @@ from typing import Optional
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import DBAPIError
 
-from operatorx.store.db import state_error
+from operatorx.store.db import _remove_new_sidecars, _sidecars, state_error
 from operatorx.store.engine import busy_timeout_s, make_engine, retrying, translate
 from operatorx.store.migrate import SchemaState, schema_state, upgrade_to_head
 from operatorx.store.schema import SCHEMA_HEAD
@@ -59,11 +59,14 @@ def _create_pg_database(target: DbTarget) -> bool:
         admin.dispose()
 
 
-def _upgrade(target: DbTarget, engine: Engine, *, adopt_legacy: bool) -> SchemaState:
+def _upgrade(target: DbTarget, engine: Engine, *, adopt_legacy: bool, existed: list[bool]) -> SchemaState:
     try:
         found, rev = retrying(target, "upgrade", lambda: upgrade_to_head(engine, target, adopt_legacy=adopt_legacy))
-    finally:
+    except BaseException:
         engine.dispose()
+        _remove_new_sidecars(target, existed)
+        raise
+    engine.dispose()
     if found in ("newer", "unversioned") or (found == "legacy" and not adopt_legacy):
         raise state_error(target, found, rev)
     return found
@@ -78,7 +81,8 @@ def init_database(db: str) -> str:
         made = _create_pg_database(target)
     elif target.path is not None and not target.path.exists():
         made = True
-    found = _upgrade(target, _engine(target, create=True), adopt_legacy=False)
+    existed = [f.exists() for f in _sidecars(target)]
+    found = _upgrade(target, _engine(target, create=True), adopt_legacy=False, existed=existed)
     if found == "older":
         raise state_error(target, found, None)
     if found == "current" and not made:
@@ -88,7 +92,8 @@ def init_database(db: str) -> str:
 
 def upgrade_database(db: str) -> str:
     target = parse_db(db)
-    found = _upgrade(target, _engine(target, create=False), adopt_legacy=True)
+    existed = [f.exists() for f in _sidecars(target)]
+    found = _upgrade(target, _engine(target, create=False), adopt_legacy=True, existed=existed)
     if found == "current":
         return f"{target.display()} is at the current schema ({SCHEMA_HEAD}); nothing to do"
     if found == "legacy":
@@ -103,6 +108,7 @@ def check_database(db: str) -> DbStatus:
     target = parse_db(db)
     if target.kind == "sqlite":
         check_sqlite_path(target, create=False, write=False)
+    existed = [f.exists() for f in _sidecars(target)]
     engine = make_engine(target, mode="ro" if target.kind == "sqlite" else "", timeout_s=busy_timeout_s())
     try:
         with engine.connect() as conn:
@@ -113,6 +119,8 @@ def check_database(db: str) -> DbStatus:
             rows = conn.execute(text("SELECT count(*) FROM ox_rows")).scalar()
             return DbStatus(target.display(), state, rev, int(runs or 0), int(rows or 0))
     except DBAPIError as err:
+        engine.dispose()
+        _remove_new_sidecars(target, existed)
         raise translate(target, err, "check") from None
     finally:
         engine.dispose()

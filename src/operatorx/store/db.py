@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Optional, TypeVar
 
 from sqlalchemy import Connection, delete, func, select, update
@@ -38,10 +39,27 @@ def database_url(db: str) -> str:
 
 
 def _sqlite_mode(target: DbTarget, create: bool) -> str:
-    assert target.path is not None
+    if target.path is None:             # PostgreSQL: no mode
+        return ""
     if create:
         return "rwc"
     return "rw" if os.access(target.path, os.W_OK) else "ro"
+
+
+def _sidecars(target: DbTarget) -> list[Path]:
+    if target.path is None:
+        return []
+    return [target.path.with_name(target.path.name + suffix) for suffix in ("-wal", "-shm")]
+
+
+def _remove_new_sidecars(target: DbTarget, existed: list[bool]) -> None:
+    """After a failed open: remove the -wal/-shm files that opening made (an empty WAL beside a file
+    that turned out corrupt or foreign), so a refused --db leaves the directory as it was."""
+    files = _sidecars(target)
+    if not files or any(existed) or not files[0].exists() or files[0].stat().st_size:
+        return
+    for f in files:
+        f.unlink(missing_ok=True)
 
 
 def state_error(target: DbTarget, state: SchemaState, rev: Optional[str]) -> StoreError:
@@ -72,14 +90,16 @@ def check_db(db: str, *, create: bool) -> None:
             if not create:
                 raise state_error(target, "empty", None)
             return
+    existed = [f.exists() for f in _sidecars(target)]
     engine = make_engine(target, mode=_sqlite_mode(target, False), timeout_s=_busy_timeout_s())
     try:
         with engine.connect() as conn:
             state, rev = schema_state(conn)
     except DBAPIError as err:
-        raise translate(target, err) from None
-    finally:
         engine.dispose()
+        _remove_new_sidecars(target, existed)
+        raise translate(target, err) from None
+    engine.dispose()
     if state == "current" or (state == "empty" and create):
         return
     raise state_error(target, state, rev)
@@ -94,13 +114,14 @@ class Store:
         if self.target.kind == "sqlite":
             check_sqlite_path(self.target, create=create, write=create)
         self._timeout_s = _busy_timeout_s(busy_timeout_s)
-        self.engine = make_engine(self.target, mode=_sqlite_mode(self.target, create) if self.target.kind == "sqlite"
-                                  else "", timeout_s=self._timeout_s)
+        self.engine = make_engine(self.target, mode=_sqlite_mode(self.target, create), timeout_s=self._timeout_s)
         self._case_ids: dict[str, int] = {}
+        existed = [f.exists() for f in _sidecars(self.target)]
         try:
             self._open(create)
         except BaseException:
             self.engine.dispose()
+            _remove_new_sidecars(self.target, existed)
             raise
 
     def _open(self, create: bool) -> None:

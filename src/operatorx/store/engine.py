@@ -112,6 +112,14 @@ def retrying(target: DbTarget, what: str, fn: Callable[[], T]) -> T:
     raise AssertionError("unreachable")
 
 
+def _has_sqlite_magic(target: DbTarget) -> bool:
+    try:
+        with open(target.path or "", "rb") as f:
+            return f.read(16) == b"SQLite format 3\x00"
+    except OSError:
+        return False
+
+
 def _first_line(err: BaseException) -> str:
     orig: Any = getattr(err, "orig", None) or err
     text = str(orig).strip().splitlines()
@@ -131,9 +139,9 @@ def translate(target: DbTarget, err: BaseException, what: str = "open") -> Store
         if kind == "readonly":
             return StoreError(f"cannot {what}: {where} is read-only ({detail}): make the file and its directory "
                               "writable, or choose another --db path")
-        if kind == "notadb":
+        if kind == "notadb" and not _has_sqlite_magic(target):
             return StoreError(f"{where} is not an SQLite database ({detail}): choose another --db path")
-        if kind == "corrupt":
+        if kind in ("corrupt", "notadb"):         # an SQLite header over pages that make no sense
             return StoreError(f"{where} is corrupt ({detail}): restore it from a backup, or start a new --db "
                               "and `operatorx db ingest` the result documents into it")
         if kind == "cantopen":
@@ -150,6 +158,8 @@ def translate(target: DbTarget, err: BaseException, what: str = "open") -> Store
                           f"with `operatorx db init {target.flag()}` (or createdb)")
     if "password" in low or "authentication" in low or ("role" in low and "does not exist" in low):
         return StoreError(f"PostgreSQL at {host} refused the login ({detail}): fix the user/password in --db")
+    if "invalid response" in low or "ssl negotiation" in low or "not a postgres" in low:
+        return StoreError(f"what answers at {host} is not a PostgreSQL server ({detail}): fix host and port in --db")
     if any(s in low for s in ("connection refused", "timeout", "timed out", "could not translate host",
                               "name or service not known", "no route", "network is unreachable",
                               "could not connect", "connection failed", "server closed")):

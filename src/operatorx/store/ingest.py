@@ -69,7 +69,7 @@ def ingest_document(store: Store, doc: dict[str, Any], where: str = "document") 
         if not isinstance(run.get(key), str):
             raise StoreError(f"{where}: run.{key} is missing or not a string: give a document OperatorX wrote")
     row_docs = _rows_of(doc, where)
-    state = run.get("state") if run.get("state") in ("finished", "interrupted", "failed") else "interrupted"
+    state = str(run["state"]) if run.get("state") in ("finished", "interrupted", "failed") else "interrupted"
     info = {k: v for k, v in run.items() if k not in RUN_FIELDS}
     device = info.get("device_kind") or (info.get("device") or {}).get("kind") or "unknown"
 

@@ -1,0 +1,153 @@
+"""Many processes on one database: creating it at once, writing at once, and a long reader."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from operatorx.store import Store
+from tests.store.conftest import done, planned
+
+ROOT = Path(__file__).resolve().parents[2]
+T0 = "2026-11-30T00:00:00"
+
+
+def _spawn(tmp_path: Path, name: str, code: str, *args: str) -> subprocess.Popen[str]:
+    script = tmp_path / f"{name}.py"
+    script.write_text(textwrap.dedent(code))
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    return subprocess.Popen([sys.executable, str(script), *args], env=env, cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def _wait_all(procs: list[subprocess.Popen[str]], timeout: float = 120) -> None:
+    for p in procs:
+        out, err = p.communicate(timeout=timeout)
+        assert p.returncode == 0, err[-3000:]
+
+
+_CREATE = """
+    import sys, time
+    from operatorx.store import Store
+    db, start, i = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+    time.sleep(max(0.0, start - time.time()))           # all start at the same instant
+    store = Store(db)
+    store.begin_run(f"run-{i}", "2026-11-30T00:00:00", "t", "torch", "cpu", {})
+"""
+
+
+def test_processes_creating_one_new_database_at_once_all_succeed(tmp_path, db_url):
+    n = 8
+    start = time.time() + 3.0                 # after every interpreter has started
+    procs = [_spawn(tmp_path, "create", _CREATE, db_url, str(start), str(i)) for i in range(n)]
+    _wait_all(procs)
+    assert sorted(r["id"] for r in Store(db_url).list_runs()) == sorted(f"run-{i}" for i in range(n))
+
+
+_WRITE = """
+    import sys, time
+    from tests.store.conftest import done
+    from operatorx.store import Store
+    db, start, worker, workers, cases = sys.argv[1], float(sys.argv[2]), *map(int, sys.argv[3:])
+    store = Store(db, create=False)
+    time.sleep(max(0.0, start - time.time()))
+    for i in range(cases):
+        if i % workers == worker or i % 7 == 0:        # cases i % 7 == 0: every worker writes them (a race)
+            store.put_row("shared", done(i, latency_us=float(worker + 1)))
+"""
+
+
+def test_eight_concurrent_writers_leave_every_row_once(tmp_path, db_url):
+    workers, cases = 8, 60
+    store = Store(db_url)
+    store.begin_run("shared", T0, "t", "torch", "cpu", {}, planned(cases))
+    start = time.time() + 3.0
+    procs = [_spawn(tmp_path, "write", _WRITE, db_url, str(start), str(w), str(workers), str(cases))
+             for w in range(workers)]
+    _wait_all(procs)
+    doc = store.document("shared")
+    assert [r["case_index"] for r in doc["rows"]] == list(range(cases))          # each once
+    assert all(r["status"] == "ok" for r in doc["rows"]) and store.unfinished("shared") == []
+    assert store.row_count() == cases
+
+
+_HOLD_READ = """
+    import sqlite3, sys, time
+    conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+    conn.execute("BEGIN")
+    conn.execute("SELECT count(*) FROM ox_rows").fetchall()      # a read transaction, like an open DB browser
+    print("holding", flush=True)
+    time.sleep(float(sys.argv[2]))
+    conn.execute("COMMIT")
+"""
+
+_HOLD_WRITE = """
+    import sqlite3, sys, time
+    conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+    conn.execute("BEGIN IMMEDIATE")                               # another writer, holding the write lock
+    print("holding", flush=True)
+    time.sleep(float(sys.argv[2]))
+    conn.execute("COMMIT")
+"""
+
+
+def _held(tmp_path: Path, code: str, db: Path, seconds: float) -> subprocess.Popen[str]:
+    p = _spawn(tmp_path, "hold", code, str(db), str(seconds))
+    assert p.stdout is not None and p.stdout.readline().strip() == "holding"
+    return p
+
+
+def test_a_long_read_transaction_does_not_stop_a_writing_run(tmp_path):
+    """The reported failure: a DB browser holding a read transaction for 20 s killed the run with
+    `database is locked` (the old default busy timeout was 5 s). A hold that outlasts the busy timeout
+    is what matters, so the test cuts the timeout to 1 s and holds for 4 s (four timeouts, as 20 s was
+    four of the old 5 s): in WAL mode a reader never blocks the writer, and every write lands while
+    the reader still holds its transaction."""
+    db = tmp_path / "ox.db"
+    store = Store(str(db), busy_timeout_s=1.0)
+    store.begin_run("r", T0, "t", "torch", "cpu", {}, planned(20))
+    reader = _held(tmp_path, _HOLD_READ, db, 4.0)
+    t = time.monotonic()
+    for i in range(20):
+        store.put_row("r", done(i))
+    store.finish_run("r", T0)
+    assert time.monotonic() - t < 3.0 and reader.poll() is None        # done while the reader still held
+    _wait_all([reader])
+    assert store.unfinished("r") == [] and store.document("r")["run"]["state"] == "finished"
+
+
+def test_a_writer_holding_the_lock_longer_than_the_busy_timeout_is_waited_out(tmp_path):
+    """Another process holding the write lock for 3 busy timeouts: put_row waits and retries, and
+    the row is stored once the lock is free."""
+    db = tmp_path / "ox.db"
+    store = Store(str(db), busy_timeout_s=0.5)
+    store.begin_run("r", T0, "t", "torch", "cpu", {}, planned(3))
+    holder = _held(tmp_path, _HOLD_WRITE, db, 1.5)
+    store.put_row("r", done(0))
+    _wait_all([holder])
+    assert store.unfinished("r") == [1, 2]
+
+
+def test_busy_timeout_from_the_environment(monkeypatch, tmp_path):
+    from operatorx.store import StoreError
+    from operatorx.store.engine import busy_timeout_s
+
+    monkeypatch.setenv("OPERATORX_DB_BUSY_TIMEOUT_S", "2.5")
+    assert busy_timeout_s() == 2.5 and busy_timeout_s(1.0) == 1.0
+    monkeypatch.setenv("OPERATORX_DB_BUSY_TIMEOUT_S", "soon")
+    with pytest.raises(StoreError, match="OPERATORX_DB_BUSY_TIMEOUT_S"):
+        Store(str(tmp_path / "x.db"))
+    assert not (tmp_path / "x.db").exists()
+
+
+def test_sqlite_is_in_wal_mode(tmp_path):
+    import sqlite3
+
+    Store(str(tmp_path / "ox.db"))
+    assert sqlite3.connect(tmp_path / "ox.db").execute("PRAGMA journal_mode").fetchone()[0] == "wal"
