@@ -30,7 +30,7 @@ _ESCAPES = re.compile(
     r"|\x1b[@-Z\\-_]?"
     r"|\x9b[0-?]*[ -/]*[@-~]"
 )
-_CONTROLS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_CONTROLS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 _LINE_BREAKS = re.compile(r"\r\n|[\r\n\t\u2028\u2029\x0b\x0c\x85]")
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 

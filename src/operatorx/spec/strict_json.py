@@ -1,9 +1,10 @@
 """Strict JSON for testlists: what Python's `json` accepts and JSON does not, refused with a place.
 
 Python's decoder takes `NaN`/`Infinity`, keeps the last of two equal keys, recurses once per
-nesting level (a deep file raises RecursionError) and converts integers of any length (5,000
-digits raise ValueError). Here each of those is one problem line naming the file, the case index
-and the field, like every other testlist error.
+nesting level (a deep file raises RecursionError), converts integers of any length (5,000
+digits raise ValueError) and decodes `\\ud800` to a lone surrogate that no output can encode.
+Here each of those is one problem line naming the file, the case index and the field, like
+every other testlist error.
 
 How: a cheap scan bounds the nesting depth before decoding; the decoder's hooks mark bad values
 (NaN, too-long numbers) and duplicate keys instead of raising; a walk over the result then turns
@@ -16,7 +17,7 @@ import json
 import re
 from typing import Any
 
-__all__ = ["MAX_DEPTH", "MAX_NUMBER_CHARS", "StrictJSONError", "loads_strict"]
+__all__ = ["MAX_DEPTH", "MAX_NUMBER_CHARS", "StrictJSONError", "loads_strict", "shown"]
 
 #: Nesting levels a testlist may use; a real case needs about 8 (case → args → experts → w1 → scale → group).
 MAX_DEPTH = 32
@@ -24,6 +25,15 @@ MAX_DEPTH = 32
 MAX_NUMBER_CHARS = 40
 
 _TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{},]', re.DOTALL)
+
+
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def shown(text: str) -> str:
+    """A key or value as it may appear in a message: control characters as `\\xNN`/`\\uNNNN` escapes
+    (an ESC in a key must not recolour the terminal that prints the error)."""
+    return _UNPRINTABLE.sub(lambda m: json.dumps(m.group())[1:-1].replace("\\u00", "\\x"), text)
 
 
 class StrictJSONError(ValueError):
@@ -105,17 +115,26 @@ def _check_depth(text: str) -> str | None:
 def _path(parts: list[Any]) -> str:
     out = ""
     for part in parts:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+        out += f"[{part}]" if isinstance(part, int) else (f".{shown(part)}" if out else shown(part))
     return out
+
+
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+_NOT_TEXT = "holds a lone UTF-16 surrogate (an escape such as \\ud800 that is half a character): not text"
 
 
 def _walk(value: Any, parts: list[Any], found: list[tuple[list[Any], str]]) -> None:
     if isinstance(value, _Bad):
         found.append((parts, value.why))
+    elif isinstance(value, str):
+        if _SURROGATE.search(value):
+            found.append((parts, _NOT_TEXT))
     elif isinstance(value, dict):
         for key in getattr(value, "duplicates", ()):
             found.append(([*parts, key], "key given twice in one object; JSON keeps only one of them"))
         for key, item in value.items():
+            if _SURROGATE.search(key):
+                found.append(([*parts, key], "this key " + _NOT_TEXT))
             _walk(item, [*parts, key], found)
     elif isinstance(value, list):
         for i, item in enumerate(value):

@@ -14,7 +14,7 @@ from typing import Any, Optional
 from pydantic import ValidationError
 
 from operatorx.spec.case import Case
-from operatorx.spec.strict_json import StrictJSONError, loads_strict
+from operatorx.spec.strict_json import StrictJSONError, loads_strict, shown
 
 __all__ = [
     "TestlistError", "TestlistWarning", "load_testlist", "parse_cases", "merge_cases", "dump_testlist",
@@ -72,7 +72,7 @@ def old_format(item: Any) -> Optional[str]:
 def _loc(loc: tuple[Any, ...]) -> str:
     out = ""
     for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+        out += f"[{part}]" if isinstance(part, int) else (f".{shown(str(part))}" if out else shown(str(part)))
     return out or "(case)"
 
 
@@ -97,7 +97,7 @@ def _split_metadata(item: dict[str, Any], origin: str, index: int,
     meta = dict(meta) if isinstance(meta, dict) else meta
     if isinstance(meta, dict):
         for key in unknown:
-            warn(f"{origin}: case {index}: {key}: not a case field; kept as metadata, never measured "
+            warn(f"{origin}: case {index}: {shown(key)}: not a case field; kept as metadata, never measured "
                  f"(fields: {', '.join(CASE_KEYS)})")
             meta[key] = item[key]
     return {**known, "metadata": meta}
