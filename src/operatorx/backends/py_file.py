@@ -5,9 +5,10 @@
                                          same package from two checkouts can be A/B'd in one process
     either one may end in [key=value,...]: keyword arguments for FUNC (numbers, true/false, text)
 
-`FUNC(case, device, **kwargs)` (docs/user-backends.md) prepares its inputs and returns a zero-argument callable that runs
-the op (the timed call), or a full `Prepared` (with its own check and layers), or raises
-`operatorx.backends.Unsupported`. Everything else — timing, telemetry, store — is the built-in path.
+`FUNC(case, device, **kwargs)` (docs/user-backends.md) prepares its inputs and returns a
+zero-argument callable that runs the op (the timed call), or a full `Prepared` (with its own
+check and layers), or raises `operatorx.backends.Unsupported`. Everything else (timing,
+telemetry, store) is the built-in path.
 
 The check is honest about what it knows. A function that builds its inputs with `gemm_inputs`
 (the torch backend's seeded inputs for a float GEMM) is checked against an fp32 matmul of those

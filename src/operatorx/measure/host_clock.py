@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from operatorx.measure.l2 import L2Flusher
 from operatorx.measure.loop import stop_reason, warmup
 from operatorx.measure.measurement import Measurement
 from operatorx.measure.settings import TimingSettings
@@ -19,6 +20,9 @@ class HostClockTiming:
 
     def __init__(self, settings: TimingSettings):
         self.settings = settings
+        # The timer protocol (run/case.py `Timer`) has a flusher that callers flush around traced
+        # calls; the CPU has no L2 state to produce, so it is the warm (do-nothing) one.
+        self.flusher = L2Flusher("warm", None)
 
     def measure(self, fn: Callable[[], Any], pause_s: float = 0.0) -> Measurement:
         s = self.settings

@@ -102,8 +102,9 @@ def check_l2_states(l2_bytes: Optional[int], declared: str, sm_clock_hz: Optiona
                            "rule": f"cold >= {MIN_COLD_OVER_WARM} x warm; dirty >= {MIN_DIRTY_OVER_CLEAN} x clean"}
     if errors:
         out["probe_errors"] = errors
-    if probe_us.get("warm") and probe_us.get("cold_clean"):
-        out["cold_over_warm"] = probe_us["cold_clean"] / probe_us["warm"]
-    if probe_us.get("cold_clean") and probe_us.get("cold_dirty"):
-        out["dirty_over_clean"] = probe_us["cold_dirty"] / probe_us["cold_clean"]
+    warm, clean, dirty = probe_us.get("warm"), probe_us.get("cold_clean"), probe_us.get("cold_dirty")
+    if warm and clean:
+        out["cold_over_warm"] = clean / warm
+    if clean and dirty:
+        out["dirty_over_clean"] = dirty / clean
     return out

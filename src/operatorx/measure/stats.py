@@ -42,7 +42,7 @@ def _median_ci_ranks(n: int, confidence: float) -> Optional[tuple[int, int]]:
     return j, n - 1 - j
 
 
-def median_noise(samples_us: Sequence[float], confidence: float = 0.95) -> float:
+def median_noise(samples_us: Sequence[float] | np.ndarray, confidence: float = 0.95) -> float:
     """Relative half-width of the median's distribution-free confidence interval (0.005 = ±0.5%);
     inf while there are too few samples for any such interval (n <= 5 at 95%)."""
     x = np.sort(np.asarray(samples_us, dtype=np.float64))

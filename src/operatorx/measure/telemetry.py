@@ -66,7 +66,7 @@ class Telemetry:
             import torch
 
             hip = bool(torch.version.hip)
-            p = torch.cuda.get_device_properties(index)
+            p: Any = torch.cuda.get_device_properties(index)    # torch's stubs lack the pci_* fields
             bus = f"{p.pci_domain_id:08x}:{p.pci_bus_id:02x}:{p.pci_device_id:02x}.0"
         except Exception:  # noqa: BLE001 - no bus id: fall back to the index, and say nothing worse
             bus = None

@@ -66,7 +66,9 @@ class AmdTelemetry:
         try:
             smi = module
             if smi is None:
-                import amdsmi as smi
+                import amdsmi
+
+                smi = amdsmi
             smi.amdsmi_init()
             handles = smi.amdsmi_get_processor_handles()
             handle = handles[device_index]

@@ -148,14 +148,14 @@ def attribute(events: Iterable[Any], cpu: Any, cuda: Any) -> tuple[list[CallTrac
     reach: Optional[int] = None
     first_seen: set[int] = set()
     for i in order:
-        call = owner.get(i)
-        if call is not None and call >= 0 and reach is not None:
+        owned = owner.get(i)
+        if owned is not None and owned >= 0 and reach is not None:
             gap = max(0, device[i].start_ns - reach)
-            if call not in first_seen:
-                calls[call].gap_before_ns = gap
-            calls[call].max_gap_ns = max(calls[call].max_gap_ns, gap)
-        if call is not None and call >= 0:
-            first_seen.add(call)
+            if owned not in first_seen:
+                calls[owned].gap_before_ns = gap
+            calls[owned].max_gap_ns = max(calls[owned].max_gap_ns, gap)
+        if owned is not None and owned >= 0:
+            first_seen.add(owned)
         reach = device[i].end_ns if reach is None else max(reach, device[i].end_ns)
     for c in calls:
         c.activities.sort(key=lambda a: a.start_ns)

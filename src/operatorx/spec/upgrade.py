@@ -77,7 +77,7 @@ class _Case:
     def fail(self, field: str, why: str) -> None:
         self.problems.append(f"{self.where}: args.{field}: {why}")
 
-    def int(self, field: str, default: Optional[int] = None, minimum: int = 1) -> int:
+    def integer(self, field: str, default: Optional[int] = None, minimum: int = 1) -> int:
         value = self.args.pop(field, default)
         if value is None:
             self.fail(field, "missing; the old format requires it")
@@ -121,7 +121,7 @@ class _Case:
 
 
 def _gemm(c: _Case) -> dict[str, Any]:
-    m, n, k = c.int("m"), c.int("n"), c.int("k")
+    m, n, k = c.integer("m"), c.integer("n"), c.integer("k")
     a = c.operand("dtype_a", weight=False, moe=False)
     b = c.operand("dtype_b", weight=True, moe=False, default=None)
     out = c.args.pop("dtype_out", "bf16")
@@ -141,12 +141,12 @@ _DISTRIBUTIONS: dict[str, Any] = {"uniform": "natural", "natural": "natural", "b
 
 
 def _moe(c: _Case) -> dict[str, Any]:
-    tokens, hidden, inter = c.int("num_tokens"), c.int("hidden"), c.int("intermediate")
-    num, top_k = c.int("num_experts"), c.int("top_k")
-    ep = c.int("expert_parallel_size", 1)
-    routed_tp = c.int("routed_tensor_parallel_size", 1)
-    shared_tp = c.int("shared_tensor_parallel_size", 1)
-    n_shared = c.int("n_shared_experts", 0, minimum=0)
+    tokens, hidden, inter = c.integer("num_tokens"), c.integer("hidden"), c.integer("intermediate")
+    num, top_k = c.integer("num_experts"), c.integer("top_k")
+    ep = c.integer("expert_parallel_size", 1)
+    routed_tp = c.integer("routed_tensor_parallel_size", 1)
+    shared_tp = c.integer("shared_tensor_parallel_size", 1)
+    n_shared = c.integer("n_shared_experts", 0, minimum=0)
     a1 = c.operand("dtype_act", weight=False, moe=True)
     w = c.operand("dtype_weight", weight=True, moe=True)
     dist_name = c.args.pop("expert_distribution", "uniform")
