@@ -16,7 +16,7 @@ from operatorx.catalog import generate, load_catalog
 from operatorx.catalog.gemm_roles import gemm_shapes
 from operatorx.catalog.schemes import ROLES, presets
 from operatorx.spec.gemm import GemmArgs
-from operatorx.spec.moe import MoeArgs
+from operatorx.spec.moe import GroupedTopK, MoeArgs
 
 #: scheme name -> (preset of most roles, {role: preset} for the others). ROLES are attn_qkv,
 #: attn_out, dense_mlp, experts, shared_experts, router (the gate GEMM), lm_head.
@@ -40,7 +40,7 @@ def _moe(gate: str, logits: str, scoring: str, select: str, bias: bool, renormal
 
 
 _DEEPSEEK_V3_ROUTER = _moe("bf16", "bf16", "sigmoid", "grouped_topk", True, True, 2.5)
-_GLM4 = _moe("fp32", "fp32", "sigmoid", "topk", True, True, 2.5)
+_GLM4 = _moe("fp32", "fp32", "sigmoid", "grouped_topk", True, True, 2.5)
 _QWEN3 = _moe("bf16", "bf16", "softmax", "topk", False, True, 1.0)
 _MINIMAX_ROUTER = _moe("fp32", "fp32", "sigmoid", "topk", True, True, 1.0)
 _GPT_OSS_ROUTER = _moe("bf16", "bf16", "softmax", "topk", False, True, 1.0, "swigluoai", 7.0, expert_bias=True)
@@ -51,7 +51,7 @@ FACTS: dict[str, tuple[Schemes, Optional[dict[str, Any]]]] = {
     "nvidia/DeepSeek-R1-NVFP4": ({"nvfp4": ("bf16", {"dense_mlp": "nvfp4", "experts": "nvfp4",
                                                      "shared_experts": "nvfp4"})}, _DEEPSEEK_V3_ROUTER),
     "deepseek-ai/DeepSeek-R1-0528": (_FP8_BLOCK_DEEPSEEK, _DEEPSEEK_V3_ROUTER),
-    "deepseek-ai/DeepSeek-V2-Lite": (_BF16, _moe("bf16", "bf16", "softmax", "topk", False, False, 1.0)),
+    "deepseek-ai/DeepSeek-V2-Lite": (_BF16, _moe("bf16", "bf16", "softmax", "grouped_topk", False, False, 1.0)),
     "deepseek-ai/DeepSeek-V3.2": (_FP8_BLOCK_DEEPSEEK, _DEEPSEEK_V3_ROUTER),
     "deepseek-ai/DeepSeek-V3": (_FP8_BLOCK_DEEPSEEK, _DEEPSEEK_V3_ROUTER),
     "deepseek-ai/DeepSeek-V4-Flash": (_DSV4, _moe("bf16", "fp32", "sqrtsoftplus", "topk", True, True, 1.5,
@@ -63,10 +63,11 @@ FACTS: dict[str, tuple[Schemes, Optional[dict[str, Any]]]] = {
     "RedHatAI/GLM-4.6-NVFP4": ({"nvfp4": ("nvfp4", {"router": "fp32", "lm_head": "bf16"})}, _GLM4),
     "zai-org/GLM-4.6": ({"bf16": ("bf16", {"router": "fp32"})}, _GLM4),
     "zai-org/GLM-4.7": ({"bf16": ("bf16", {"router": "fp32"})}, _GLM4),
-    "zai-org/GLM-5": (_BF16, _moe("bf16", "fp32", "sigmoid", "topk", True, True, 2.5)),
+    "zai-org/GLM-5": (_BF16, _moe("bf16", "fp32", "sigmoid", "grouped_topk", True, True, 2.5)),
     "openai/gpt-oss-120b": (_GPT_OSS, _GPT_OSS_ROUTER),
     "openai/gpt-oss-20b": (_GPT_OSS, _GPT_OSS_ROUTER),
-    "moonshotai/Kimi-K2-Instruct": (_FP8_BLOCK_DEEPSEEK, _moe("bf16", "bf16", "sigmoid", "topk", True, True, 2.827)),
+    "moonshotai/Kimi-K2-Instruct": (_FP8_BLOCK_DEEPSEEK, _moe("bf16", "bf16", "sigmoid", "grouped_topk", True, True,
+                                                                  2.827)),
     "meta-llama/Llama-3.1-405B-Instruct": (_LLAMA, None),
     "meta-llama/Llama-3.1-70B-Instruct": (_LLAMA, None),
     "meta-llama/Llama-3.1-8B-Instruct": (_LLAMA, None),
@@ -147,6 +148,8 @@ def test_router_and_activation(ckpt_id):
                "renormalize": r.renormalize, "scale": r.scale, "activation": (act.kind, act.limit),
                "shared_gate": a.shared.gate if a.shared else None, "expert_bias": a.experts.bias}
         assert got == want
+        if isinstance(r.select, GroupedTopK):  # vLLM's grouped router; one group where config n_group is 1
+            assert (r.select.groups, r.select.topk_groups) == (ckpt.arch.opt("n_group"), ckpt.arch.opt("topk_group"))
         # written out, never left to a reader's default
         assert r.weight_on_input is False and act.gated is True and act.interleaved is not None
 

@@ -68,7 +68,8 @@ def test_moe_without_norm_topk_prob_is_an_error(tmp_path, fixtures):
 def test_glm4_moe_config_runs_its_router_gate_in_fp32(tmp_path, fixtures):
     """The implementation table (vLLM Glm4MoE: fp32 nn.Linear) decides the router gate, not --scheme."""
     config = json.loads((fixtures / "moe_shared_config.json").read_text())
-    config.update(model_type="glm4_moe", n_routed_experts=config.pop("num_experts"), scoring_func="sigmoid")
+    config.update(model_type="glm4_moe", n_routed_experts=config.pop("num_experts"), scoring_func="sigmoid",
+                  n_group=1, topk_group=1)
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
     cases = from_config(path, "fp8_block", 1, ms=[1])
@@ -76,6 +77,7 @@ def test_glm4_moe_config_runs_its_router_gate_in_fp32(tmp_path, fixtures):
     assert (gate.a.dtype, gate.b.dtype, gate.out) == ("fp32", "fp32", "fp32")
     moe = next(c for c in cases if c.type == "moe").args
     assert (moe.router.gate.dtype, moe.router.gate.logits, moe.router.bias) == ("fp32", "fp32", True)
+    assert moe.router.select.kind == "grouped_topk"  # Glm4MoE: use_grouped_topk=True, one group
 
 
 def test_unknown_architecture(tmp_path):

@@ -27,6 +27,7 @@ _ALIASES: dict[str, tuple[str, ...]] = {
 IMPLEMENTATION_KEYS = (
     "scoring_func", "e_score_correction_bias", "norm_topk_prob", "activation", "gate_dtype",
     "shared_expert_gate", "moe_intermediate_from", "qkv_bias", "gate_logits", "mxfp4_inter_align",
+    "grouped_topk",
 )
 
 

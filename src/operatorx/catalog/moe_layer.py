@@ -3,7 +3,9 @@
 Under TP without expert parallelism vLLM's FusedMoE keeps every expert on every rank and
 splits each expert's intermediate size, so `experts.inter` and `shared.inter` are per rank
 and `hidden` stays whole. The router reads the config: sigmoid/softmax/sqrtsoftplus scoring,
-grouped top-k when `n_group` > 1, a score-correction bias for `noaux_tc`, the routed scale.
+grouped top-k when `n_group` > 1 or when the model's vLLM block builds the grouped router
+(implementation `grouped_topk`: DeepseekV2MoE, Glm4MoE, even at one group), a score-correction
+bias for `noaux_tc`, the routed scale.
 
 Every field that changes what the layer computes is written, never left to a reader's
 default: the gate's weight and logits dtypes, `bias`, `renormalize`, `scale`,
@@ -43,7 +45,7 @@ def _router(arch: Arch, hash_routed: bool = False) -> dict[str, Any]:
     select: dict[str, Any] = {"kind": "topk"}
     if hash_routed:
         select = {"kind": "hash", "vocab": arch.int("vocab_size", "hash-routed MoE layers (tid2eid rows)")}
-    elif groups > 1:
+    elif groups > 1 or arch.opt("grouped_topk"):  # vLLM's grouped router, even over one group
         select = {"kind": "grouped_topk", "groups": groups, "topk_groups": arch.int("topk_group", what)}
     gate_dtype = gate_dtype_of(arch)
     gate: dict[str, Any] = {"dtype": gate_dtype, "logits": arch.opt("gate_logits") or gate_dtype}
