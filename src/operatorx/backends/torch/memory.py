@@ -119,6 +119,6 @@ def require_memory(needed_bytes: int, device: str) -> None:
     free, total = free_bytes(device)
     if needed_bytes > free * _HEADROOM:
         gib = 1 << 30
-        what = "available (MemAvailable, within cgroup limits)" if device == "cpu" else "free"
-        raise Unsupported(f"needs {needed_bytes / gib:.1f} GiB on {device}; {free / gib:.1f} GiB {what} "
+        how = " (MemAvailable, within cgroup limits)" if device == "cpu" else ""
+        raise Unsupported(f"needs {needed_bytes / gib:.1f} GiB on {device}; {free / gib:.1f} GiB free{how} "
                           f"of {total / gib:.1f} GiB (90% usable)")
