@@ -63,15 +63,17 @@ def ingest(documents: list[Path] = typer.Argument(..., help="Result documents (J
            db: str = _DB) -> None:
     """Store result documents; a run ingested again replaces its earlier copy, whole."""
     from operatorx.store import Store
-    from operatorx.store.ingest import ingest_document, read_document
+    from operatorx.store.ingest import prepare_document, read_document, store_document
 
     try:
-        docs = [(p, read_document(p)) for p in documents]        # every file read before anything is stored
+        # every file read and checked before anything is stored: a bad file stores nothing
+        prepared = [prepare_document(read_document(p), str(p)) for p in documents]
         store = Store(db)
-        for path, doc in docs:
-            got = ingest_document(store, doc, str(path))
+        for prep in prepared:
+            got = store_document(store, prep)
             c = got["counts"]
-            typer.echo(f"{path}: run {got['run_id']} ({got['state']}) {'replaced' if got['replaced'] else 'stored'}, "
+            done = "replaced" if got["replaced"] else "stored"
+            typer.echo(f"{prep.where}: run {got['run_id']} ({got['state']}) {done}, "
                        f"{got['rows']} rows: {c['ok']} ok, {c['unsupported']} unsupported, {c['error']} error, "
                        f"{c['missing']} missing")
     except StoreError as err:

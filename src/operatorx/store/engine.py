@@ -23,6 +23,7 @@ from sqlalchemy.pool import QueuePool
 
 from operatorx.store.errors import StoreError
 from operatorx.store.target import PG_CONNECT_TIMEOUT_S, DbTarget, require_psycopg, sqlite_error_kind
+from operatorx.store.writes import json_dumps
 
 __all__ = ["make_engine", "translate", "transaction", "retrying", "busy_timeout_s", "set_wal"]
 
@@ -49,8 +50,8 @@ def make_engine(target: DbTarget, *, mode: str, timeout_s: float) -> Engine:
     if target.kind == "postgresql":
         require_psycopg(target)
         assert target.url is not None
-        return create_engine(target.url, connect_args={"connect_timeout": PG_CONNECT_TIMEOUT_S,
-                                                       "application_name": "operatorx"})
+        return create_engine(target.url, json_serializer=json_dumps,
+                             connect_args={"connect_timeout": PG_CONNECT_TIMEOUT_S, "application_name": "operatorx"})
     assert target.path is not None
     uri = f"file:{quote(str(target.path.absolute()))}?mode={mode}"
 
@@ -61,7 +62,8 @@ def make_engine(target: DbTarget, *, mode: str, timeout_s: float) -> Engine:
         conn.execute("PRAGMA synchronous=NORMAL")
         return conn
 
-    return create_engine("sqlite://", creator=connect, poolclass=QueuePool, pool_size=2, max_overflow=8)
+    return create_engine("sqlite://", creator=connect, poolclass=QueuePool, pool_size=2, max_overflow=8,
+                         json_serializer=json_dumps)
 
 
 def set_wal(conn: Connection) -> None:

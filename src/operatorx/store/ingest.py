@@ -9,6 +9,7 @@ as it is: its planned cases that never ran are rows with status `missing`; a run
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,8 @@ from operatorx.store.errors import StoreError
 from operatorx.store.schema import rows, runs
 from operatorx.store.writes import insert_run, upsert_rows
 
-__all__ = ["ingest_document", "ingest_file", "IngestResult", "read_document"]
+__all__ = ["ingest_document", "ingest_file", "IngestResult", "read_document", "prepare_document", "store_document",
+           "PreparedDocument"]
 
 
 class IngestResult(dict[str, Any]):
@@ -57,7 +59,19 @@ def _rows_of(doc: dict[str, Any], where: str) -> list[dict[str, Any]]:
     return out
 
 
-def ingest_document(store: Store, doc: dict[str, Any], where: str = "document") -> IngestResult:
+@dataclass(frozen=True)
+class PreparedDocument:
+    """A document checked and put in the current row form, ready to store."""
+    where: str
+    run_id: str
+    fields: dict[str, Any]
+    info: dict[str, Any]
+    rows: list[dict[str, Any]]
+
+
+def prepare_document(doc: dict[str, Any], where: str = "document") -> PreparedDocument:
+    """Check a document and bring its rows to the current form (`Row.from_json(...).to_json()`);
+    raises StoreError naming the file and the part that is wrong. Stores nothing."""
     run = doc.get("run")
     if not isinstance(run, dict) or not isinstance(doc.get("rows"), list):
         raise StoreError(f"{where}: not an OperatorX result document (it needs \"run\" and \"rows\"): give a "
@@ -68,27 +82,43 @@ def ingest_document(store: Store, doc: dict[str, Any], where: str = "document") 
     for key in ("started_at", "testlist", "backend"):
         if not isinstance(run.get(key), str):
             raise StoreError(f"{where}: run.{key} is missing or not a string: give a document OperatorX wrote")
-    row_docs = _rows_of(doc, where)
+    for key in ("finished_at", "run_group", "shard"):
+        if run.get(key) is not None and not isinstance(run.get(key), str):
+            raise StoreError(f"{where}: run.{key} is not a string: give a document OperatorX wrote")
     state = str(run["state"]) if run.get("state") in ("finished", "interrupted", "failed") else "interrupted"
     info = {k: v for k, v in run.items() if k not in RUN_FIELDS}
-    device = info.get("device_kind") or (info.get("device") or {}).get("kind") or "unknown"
+    device = info.get("device_kind") or _dict(info.get("device")).get("kind") or "unknown"
+    fields = {"started_at": run["started_at"], "finished_at": run.get("finished_at"), "state": state,
+              "testlist": run["testlist"], "backend": run["backend"], "device": str(device)[:16],
+              "run_group": run.get("run_group"), "shard": run.get("shard")}
+    return PreparedDocument(where, run_id, fields, info, _rows_of(doc, where))
 
+
+def _dict(v: Any) -> dict[str, Any]:
+    return v if isinstance(v, dict) else {}
+
+
+def store_document(store: Store, prep: PreparedDocument) -> IngestResult:
+    """Replace the run with the document's copy, whole, in one transaction."""
     def write(conn: Connection) -> bool:
-        conn.execute(delete(rows).where(rows.c.run_id == run_id))
-        replaced = bool(conn.execute(delete(runs).where(runs.c.id == run_id)).rowcount)
-        insert_run(conn, run_id=run_id, started_at=run["started_at"], finished_at=run.get("finished_at"),
-                   state=state, testlist=run["testlist"], backend=run["backend"], device=str(device)[:16],
-                   info=info, run_group=run.get("run_group"), shard=run.get("shard"))
-        upsert_rows(conn, run_id, row_docs, store._case_ids)
+        conn.execute(delete(rows).where(rows.c.run_id == prep.run_id))
+        replaced = bool(conn.execute(delete(runs).where(runs.c.id == prep.run_id)).rowcount)
+        insert_run(conn, run_id=prep.run_id, info=prep.info, **prep.fields)
+        upsert_rows(conn, prep.run_id, prep.rows, store._case_ids)
         return replaced
 
     replaced = store._write("ingest into", write)
     kept = {(d["op"]["type"], json.dumps(d["op"]["args"], sort_keys=True), d["op"]["backend"], d.get("side") or ""):
-            d["status"] for d in row_docs}                 # one per identity, as stored
+            d["status"] for d in prep.rows}                # one per identity, as stored
     counts = dict.fromkeys(("ok", "unsupported", "error", "missing"), 0)
     for status in kept.values():
         counts[status] = counts.get(status, 0) + 1
-    return IngestResult(run_id=run_id, rows=len(kept), replaced=replaced, state=state, counts=counts)
+    return IngestResult(run_id=prep.run_id, rows=len(kept), replaced=replaced, state=prep.fields["state"],
+                        counts=counts)
+
+
+def ingest_document(store: Store, doc: dict[str, Any], where: str = "document") -> IngestResult:
+    return store_document(store, prepare_document(doc, where))
 
 
 def ingest_file(store: Store, path: Path) -> IngestResult:
