@@ -5,6 +5,7 @@ both written through the Store API. Built once per test session."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import socket
 import subprocess
@@ -31,7 +32,7 @@ HOSTILE_SOURCE = "<img src=x onerror=window.__pwned=4>/role<b>"
 class WebDb:
     path: Path
     run_a: str          # the real CPU run
-    run_b: str          # derived from it: every latency 25% higher
+    run_b: str          # derived from it: every latency 25% higher, a made-up peak
     hostile: str
     doc_a: dict[str, Any]
 
@@ -60,6 +61,9 @@ def _slower(row: dict[str, Any], factor: float) -> dict[str, Any]:
     for key in ("tflops", "gbps"):
         if isinstance(m.get(key), (int, float)):
             m[key] /= factor
+    if isinstance(m.get("tflops"), (int, float)):      # as if on a device with a datasheet peak: ceilings drawn
+        m["peak"] = {"compute_class": "bf16", "tflops": 1.0, "memory_gbps": 50.0, "source": "test peak"}
+        m["pct_peak"] = 100 * max(m["tflops"] / 1.0, m["gbps"] / 50.0)
     if isinstance(m.get("summary_us"), dict):
         m["summary_us"] = {k: (v * factor if k not in ("n", "cv", "median_noise") and isinstance(v, (int, float))
                                else v) for k, v in m["summary_us"].items()}
@@ -133,6 +137,13 @@ def static_site(web_db: WebDb, tmp_path_factory: pytest.TempPathFactory) -> Path
     out = tmp_path_factory.mktemp("site") / "site"
     build_site(Queries.open(str(web_db.path)), out)
     return out
+
+
+def page_data(html: str) -> dict[str, Any]:
+    """The data a page renders from (its `ox-data` script element)."""
+    m = re.search(r'<script type="application/json" id="ox-data">(.*?)</script>', html, re.S)
+    assert m, "page without its data"
+    return json.loads(m.group(1))  # type: ignore[no-any-return]
 
 
 def chromium_path() -> str | None:

@@ -99,6 +99,10 @@ def test_roofline_plots_one_point_per_ok_case(page, server_url, web_db, tmp_path
     assert page.locator("#plot-roofline .scatterlayer .point").count() == n
     assert page.locator("#no-peaks").count() == 1          # CPU: no ceilings, and the page says so
     _shot(page, "roofline", tmp_path)
+    page.goto(f"{server_url}/roofline/{web_db.run_b}")          # B has a peak: the ceiling is drawn too
+    assert _points(page, "plot-roofline") == n
+    assert page.locator("#plot-roofline .scatterlayer .trace").count() == 2    # the points, the ceiling
+    assert page.locator("#no-peaks").count() == 0 and "test peak" in page.inner_text("main")
 
 
 def test_shape_plots_a_line_per_run(page, server_url, web_db, tmp_path):

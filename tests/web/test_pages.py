@@ -20,7 +20,7 @@ from operatorx.web import Queries, WebError, open_store
 from operatorx.web.app import create_app
 from operatorx.web.queries import compare_documents
 from operatorx.web.safe import clean, clean_text, script_json
-from tests.web.conftest import HOSTILE_MESSAGE, WebDb
+from tests.web.conftest import HOSTILE_MESSAGE, WebDb, page_data
 
 
 @pytest.fixture(scope="module")
@@ -28,10 +28,7 @@ def client(web_db: WebDb) -> TestClient:
     return TestClient(create_app(Queries.open(str(web_db.path))))
 
 
-def _data(html: str) -> dict:
-    m = re.search(r'<script type="application/json" id="ox-data">(.*?)</script>', html, re.S)
-    assert m, "page without its data"
-    return json.loads(m.group(1))
+_data = page_data
 
 
 def test_runs_page_lists_every_run_with_counts(client, web_db):
@@ -199,3 +196,29 @@ def test_database_file_untouched_by_serving(web_db, client):
     names = {r[0] for r in con.execute("select name from sqlite_master where type = 'table'")}
     con.close()
     assert "web_was_here" not in names
+
+
+def test_report_build_compare_choices(web_db, tmp_path):
+    out = tmp_path / "pairs"
+    base = [sys.executable, "-m", "operatorx", "report", "build", "--db", str(web_db.path), "-o", str(out)]
+    done = subprocess.run([*base, "--runs", web_db.run_a, "--compare", f"{web_db.run_a}:{web_db.run_b}"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert (out / f"run-{web_db.run_b}.html").is_file()              # a compared run comes along
+    if compare_documents is not None:
+        assert (out / f"compare-{web_db.run_a}--{web_db.run_b}.html").is_file()
+        assert f'href="compare-{web_db.run_a}--{web_db.run_b}.html"' in (out / "index.html").read_text()
+    done = subprocess.run([*base, "--compare", "sideways"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and "--compare sideways" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_build_in_one_process_matches_workers(web_db, tmp_path):
+    from operatorx.web.site import build_site
+
+    one = build_site(Queries.open(str(web_db.path)), tmp_path / "one", workers=1, compare="none")
+    two = build_site(Queries.open(str(web_db.path)), tmp_path / "two", workers=2, compare="none")
+    assert one.pages == two.pages
+    files = sorted(p.relative_to(one.directory) for p in one.directory.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(two.directory) for p in two.directory.rglob("*") if p.is_file())
+    for f in files:
+        assert (one.directory / f).read_bytes() == (two.directory / f).read_bytes(), f

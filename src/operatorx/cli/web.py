@@ -48,15 +48,28 @@ def serve_command(db: str = _DB,
 def build_command(db: str = _DB,
                   runs: Optional[list[str]] = typer.Option(None, "--runs", help="Run id, prefix or 'latest' "
                                                            "(repeat, or comma-separate); all runs when omitted."),
-                  output: Path = typer.Option(..., "-o", "--output", help="Directory to write (replaced).")) -> None:
+                  output: Path = typer.Option(..., "-o", "--output", help="Directory to write (replaced)."),
+                  compare: Optional[list[str]] = typer.Option(
+                      None, "--compare", help="Compare pages: 'latest' (default: the newest run of each testlist "
+                      "against the one before it), 'previous' (every run against the one before it), 'none', or "
+                      "A:B run pairs (repeat).")) -> None:
     """The dashboard as a static site that opens from disk (file://): the artifact for CI."""
     from operatorx.web.site import build_site
 
-    queries = _open(db)
     wanted = [r.strip() for arg in runs or [] for r in arg.split(",") if r.strip()]
+    pairs: str | list[tuple[str, str]] = "latest"
+    if compare:
+        if compare in (["latest"], ["previous"], ["none"]):
+            pairs = compare[0]
+        elif all(c.count(":") == 1 and all(c.split(":")) for c in compare):
+            pairs = [(c.split(":")[0], c.split(":")[1]) for c in compare]
+        else:
+            raise _fail(f"--compare {' '.join(compare)}: give latest, previous, none, or A:B run pairs "
+                        "(repeat --compare)")
+    queries = _open(db)
     t0 = time.perf_counter()
     try:
-        site = build_site(queries, output, wanted or None)
+        site = build_site(queries, output, wanted or None, pairs)
     except WebError as err:
         raise _fail(str(err)) from None
     except OSError as err:

@@ -48,7 +48,8 @@ def create_app(queries: Queries) -> Starlette:
     def shape(request: Request) -> Response:
         wanted = [r for r in request.query_params.get("runs", "").split(",") if r.strip()]
         try:
-            return page(render.render_shape(queries.shape_rows(wanted or queries.default_shape_runs()), links))
+            runs = queries.shape_rows(wanted or queries.default_shape_runs())
+            return page(render.render_shape([(r, render.shape_rows(rows)) for r, rows in runs], links))
         except WebError as err:
             return not_found(err)
 

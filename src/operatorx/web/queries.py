@@ -125,10 +125,13 @@ class Queries:
         self._docs: OrderedDict[tuple[str, Any], dict[str, Any]] = OrderedDict()
         self._views: OrderedDict[tuple[str, Any], list[RowView]] = OrderedDict()
         self._max_docs = cache_documents
+        self.db: Optional[str] = None       # what --db said, when opened from it (the static build's workers reopen it)
 
     @classmethod
     def open(cls, db: str) -> Queries:
-        return cls(open_store(db))
+        queries = cls(open_store(db))
+        queries.db = db
+        return queries
 
     # runs ---------------------------------------------------------------------------------------
     def runs(self) -> list[RunSummary]:
@@ -230,7 +233,8 @@ class Queries:
         raise WebError(f"run {summary.id} has no case {index}")
 
     def cases(self, summary: RunSummary) -> list[dict[str, Any]]:
-        return [case_detail(r) for r in self.document(summary)["rows"]]
+        """Every row's Case page data, not yet cleaned: write it through `safe.clean_json`."""
+        return [case_detail(r, cleaned=False) for r in self.document(summary)["rows"]]
 
     def compare(self, a: str, b: str) -> ComparePage:
         run_a, run_b = self.resolve(a), self.resolve(b)
@@ -238,12 +242,13 @@ class Queries:
             return ComparePage(a=run_a, b=run_b, available=False, cases=[], verdicts={})
         doc_a, doc_b = self.document(run_a), self.document(run_b)
         where: dict[str, tuple[RowView, Optional[int], Optional[int]]] = {}
-        for side, run in (("a", run_a), ("b", run_b)):
-            for v in self.rows(run):
-                prev = where.get(v.key)
+        for side, run, doc in (("a", run_a, doc_a), ("b", run_b, doc_b)):
+            for v, r in zip(self.rows(run), doc["rows"], strict=False):
+                key = case_key(r.get("op") or {})
+                prev = where.get(key)
                 ia = v.index if side == "a" else (prev[1] if prev else None)
                 ib = v.index if side == "b" else (prev[2] if prev else None)
-                where[v.key] = (prev[0] if prev else v, ia, ib)
+                where[key] = (prev[0] if prev else v, ia, ib)
         comparison = compare_documents(doc_a, doc_b)
         cases = []
         verdicts: dict[str, int] = {}
@@ -264,12 +269,13 @@ _CASE_METRICS = ("latency_us", "method", "clock", "l2_state", "l2_verified", "no
                  "flops", "min_bytes", "tflops", "gbps", "pct_peak", "peak")
 
 
-def case_detail(r: dict[str, Any]) -> dict[str, Any]:
-    """Everything the Case page shows of one row, cleaned; metrics it does not name go under `other`."""
+def case_detail(r: dict[str, Any], cleaned: bool = True) -> dict[str, Any]:
+    """Everything the Case page shows of one row (cleaned unless told); metrics it does not name go
+    under `other`."""
     m = r.get("metrics") or {}
     metrics = {k: m[k] for k in _CASE_METRICS if k in m}
     other = {k: v for k, v in m.items() if k not in metrics}
-    return clean({"index": r.get("case_index"), "label": r.get("label"), "status": r.get("status"),
-                  "error_kind": r.get("error_kind"), "message": r.get("message"), "side": r.get("side", ""),
-                  "op": r.get("op") or {}, "key": case_key(r.get("op") or {}), "metrics": metrics,
-                  "other": other})
+    detail = {"index": r.get("case_index"), "label": r.get("label"), "status": r.get("status"),
+              "error_kind": r.get("error_kind"), "message": r.get("message"), "side": r.get("side", ""),
+              "op": r.get("op") or {}, "metrics": metrics, "other": other}
+    return clean(detail) if cleaned else detail  # type: ignore[no-any-return]

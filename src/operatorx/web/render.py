@@ -16,7 +16,7 @@ from operatorx.web.queries import ComparePage, RooflinePage, RunPage
 from operatorx.web.safe import script_json
 from operatorx.web.views import RowView, RunSummary
 
-__all__ = ["Links", "server_links", "static_links", "slug", "render_runs", "render_run", "render_shape",
+__all__ = ["Links", "server_links", "static_links", "slug", "render_runs", "render_run", "render_shape", "shape_rows",
            "render_roofline", "render_case", "render_compare", "render_error", "CASES_PER_CHUNK"]
 
 CASES_PER_CHUNK = 250
@@ -99,14 +99,18 @@ def render_run(page: RunPage, links: Links) -> str:
                  reasons=page.reasons, missing=page.missing[:200], missing_total=len(page.missing))
 
 
-def render_shape(runs: list[tuple[RunSummary, list[RowView]]], links: Links) -> str:
+def shape_rows(rows: list[RowView]) -> list[dict[str, Any]]:
+    """What the Shape page plots of a run: its ok rows that have a size and a latency."""
+    return [{"index": v.index, "label": v.label, "family": v.family, "m": v.m, "models": v.models, "roles": v.roles,
+             "latency_us": v.latency_us, "tflops": v.tflops, "side": v.side, "backend": v.backend, "scheme": v.scheme}
+            for v in rows if v.status == "ok" and v.m is not None and v.latency_us]
+
+
+def render_shape(runs: list[tuple[RunSummary, list[dict[str, Any]]]], links: Links) -> str:
+    """`runs`: each run with its `shape_rows`."""
     names = [r.series for r, _ in runs]
     series = [{"run": r.to_json(), "name": r.series if names.count(r.series) == 1 else f"{r.series} ({r.id})",
-               "rows": [{"index": v.index, "label": v.label, "family": v.family, "m": v.m, "models": v.models,
-                         "roles": v.roles, "latency_us": v.latency_us, "tflops": v.tflops, "side": v.side,
-                         "backend": v.backend, "scheme": v.scheme}
-                        for v in rows if v.status == "ok" and v.m is not None and v.latency_us]}
-              for r, rows in runs]
+               "rows": rows} for r, rows in runs]
     return _page("shape.html", links, "Shape", {"page": "shape", "series": series}, [r.id for r, _ in runs],
                  runs=[r for r, _ in runs], plots=True)
 

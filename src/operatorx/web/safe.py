@@ -15,7 +15,7 @@ from typing import Any
 
 from markupsafe import Markup
 
-__all__ = ["clean", "clean_text", "script_json"]
+__all__ = ["clean", "clean_text", "clean_json", "script_json"]
 
 # CSI (colours, cursor moves), OSC (titles, hyperlinks) and lone two-byte escapes, then any other C0/C1
 # control character except tab and newline.
@@ -40,23 +40,47 @@ def _numbers_only(values: list[Any]) -> bool:
         return False
 
 
+# In JSON text (ASCII, escaped), what a control character, a line separator or a C1 code looks like.
+_SUSPECT = re.compile(r"\\(?:u00[0-9a-fA-F]{2}|u202[89]|[bfr])")
+
+
 def clean(value: Any) -> Any:
-    """A JSON value with every string (keys too) cleaned and every NaN or infinity made null."""
+    """A JSON value with every string (keys too) cleaned and every NaN or infinity made null.
+    Most values need nothing: one C-speed encode says so, and the value comes back as it is."""
+    try:
+        text = json.dumps(value, allow_nan=False)
+    except (ValueError, TypeError):
+        return _clean(value)
+    return _clean(value) if _SUSPECT.search(text) else value
+
+
+def _clean(value: Any) -> Any:
     if isinstance(value, str):
         return clean_text(value)
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
-        return {clean_text(str(k)): clean(v) for k, v in value.items()}
+        return {clean_text(str(k)): _clean(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         if value and _numbers_only(list(value)):
             return list(value)
-        return [clean(v) for v in value]
+        return [_clean(v) for v in value]
     return value
+
+
+def clean_json(value: Any) -> str:
+    """`clean(value)` as compact JSON text, encoded once when nothing needs cleaning (the usual case)."""
+    try:
+        text = json.dumps(value, separators=(",", ":"), allow_nan=False)
+    except (ValueError, TypeError):
+        return json.dumps(_clean(value), separators=(",", ":"), allow_nan=False, default=str)
+    if _SUSPECT.search(text):
+        return json.dumps(_clean(value), separators=(",", ":"), allow_nan=False, default=str)
+    return text
 
 
 def script_json(value: Any) -> Markup:
     """JSON to place inside `<script type="application/json">`: `<`, `>`, `&` and the JS line
     separators are written as \\u escapes, so no string can end the element or start a comment."""
-    text = json.dumps(value, separators=(",", ":"), allow_nan=False, default=str)
+    text = clean_json(value)
     return Markup(_SCRIPT_UNSAFE.sub(lambda m: _SCRIPT_ESCAPES[m.group(0)], text))

@@ -3,23 +3,25 @@ sweep uploads. The same query layer and templates as the server; links name file
 page reads the case from the run's data scripts (a browser lets file:// pages load scripts, not fetch).
 
 Layout: index.html, shape.html, run-<run>.html, roofline-<run>.html, case-<run>.html?case=N,
-compare-<a>--<b>.html (each run against the previous selected run of the same testlist),
+compare-<a>--<b>.html (by default the newest run of each testlist against the one before it),
 data/cases-<run>-<chunk>.js, static/ (plotly.js, the pages' scripts and CSS).
 """
 
 from __future__ import annotations
 
-import json
+import multiprocessing
 import os
 import shutil
 import tempfile
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional, Union
 
 from operatorx.web import render
 from operatorx.web.app import STATIC_DIR
 from operatorx.web.queries import Queries, WebError
+from operatorx.web.safe import clean_json
 from operatorx.web.views import RunSummary
 
 __all__ = ["build_site", "SiteSummary", "MARKER"]
@@ -58,21 +60,69 @@ def _case_chunks(queries: Queries, run: RunSummary, data_dir: Path) -> tuple[lis
     for i in range(0, max(len(cases), 1), size):
         file = f"cases-{name}-{i // size}.js"
         # JSON is a JS expression; in a file of its own, no `</script>` can end anything.
-        text = json.dumps(cases[i:i + size], separators=(",", ":"), allow_nan=False)
+        text = clean_json(cases[i:i + size])
         text = text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
         _write(data_dir / file, f"oxCaseChunk({text});\n")
         chunks.append(f"data/{file}")
     return chunks, [int(c["index"]) for c in cases if isinstance(c.get("index"), int)]
 
 
-def build_site(queries: Queries, out: Path, runs: Optional[list[str]] = None) -> SiteSummary:
+def _run_pages(queries: Queries, run: RunSummary, links: render.Links, tmp: Path) -> list[dict[str, Any]]:
+    """The run's Run, Roofline and Case pages (and case data); returns its Shape page rows."""
+    name = render.slug(run.id)
+    page = queries.run_page(run.id)
+    _write(tmp / f"run-{name}.html", render.render_run(page, links))
+    _write(tmp / f"roofline-{name}.html", render.render_roofline(queries.roofline(run.id), links))
+    chunks, indexes = _case_chunks(queries, run, tmp / "data")
+    _write(tmp / f"case-{name}.html", render.render_case(run, links, chunks=chunks, indexes=indexes))
+    return render.shape_rows(page.rows)
+
+
+def _run_pages_in_worker(db: str, run: RunSummary, links: render.Links, tmp: Path) -> list[dict[str, Any]]:
+    return _run_pages(Queries.open(db), run, links, tmp)
+
+
+def _all_run_pages(queries: Queries, runs: list[RunSummary], links: render.Links, tmp: Path,
+                   workers: Optional[int]) -> dict[str, list[dict[str, Any]]]:
+    """Each run's pages, in worker processes when there are several runs and CPUs (reading and writing a
+    run's rows is CPU-bound JSON work); their Shape rows by run id."""
+    n = min(workers or os.cpu_count() or 1, len(runs))
+    if n <= 1 or queries.db is None:
+        return {r.id: _run_pages(queries, r, links, tmp) for r in runs}
+    with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {r.id: pool.submit(_run_pages_in_worker, queries.db, r, links, tmp) for r in runs}
+        return {rid: f.result() for rid, f in futures.items()}
+
+
+def build_site(queries: Queries, out: Path, runs: Optional[list[str]] = None,
+               compare: Union[str, list[tuple[str, str]]] = "latest", workers: Optional[int] = None) -> SiteSummary:
     """Write the site for `runs` (ids, prefixes, `latest`; all runs when None) into `out`, replacing it.
+
+    `compare`: `latest` (the newest selected run of each testlist against the one before it),
+    `previous` (every run against the one before it), `none`, or (A, B) pairs. `workers`: processes
+    that write the runs' pages (default: one per CPU, at most one per run; 1 writes them here).
     Written beside `out` first, then moved in, so a failed build leaves the old site whole."""
     chosen: list[RunSummary] = []
     for r in [queries.resolve(r) for r in runs] if runs else queries.runs():
         if all(c.id != r.id for c in chosen):
             chosen.append(r)
-    pairs = _pairs(chosen)
+    if compare == "previous":
+        pairs = _pairs(chosen)
+    elif compare == "latest":
+        newest: dict[str, tuple[str, str]] = {}
+        for a, b in _pairs(chosen):             # in start order: the last pair of a testlist is its newest
+            newest[next(r.testlist for r in chosen if r.id == b)] = (a, b)
+        pairs = list(newest.values())
+    elif compare == "none":
+        pairs = []
+    elif isinstance(compare, list):
+        pairs = [(queries.resolve(a).id, queries.resolve(b).id) for a, b in compare]
+        for a, b in pairs:
+            for rid in (a, b):
+                if all(c.id != rid for c in chosen):
+                    chosen.append(queries.resolve(rid))
+    else:
+        raise WebError(f"compare {compare!r}: give latest, previous, none, or A:B run pairs")
     links = render.static_links(frozenset(pairs))
     out = out.expanduser().resolve()
     if out.exists() and not (out.is_dir() and (not any(out.iterdir()) or (out / MARKER).is_file())):
@@ -84,22 +134,13 @@ def build_site(queries: Queries, out: Path, runs: Optional[list[str]] = None) ->
         _write(tmp / MARKER, "written by operatorx report build; the whole directory is replaced on rebuild\n")
         shutil.copytree(STATIC_DIR, tmp / "static")
         (tmp / "data").mkdir()
-        pages = 0
+        shape = _all_run_pages(queries, chosen, links, tmp, workers)
         _write(tmp / "index.html", render.render_runs(chosen, links))
-        _write(tmp / "shape.html", render.render_shape([(r, queries.rows(r)) for r in chosen], links))
-        pages += 2
-        for r in chosen:
-            name = render.slug(r.id)
-            _write(tmp / f"run-{name}.html", render.render_run(queries.run_page(r.id), links))
-            _write(tmp / f"roofline-{name}.html", render.render_roofline(queries.roofline(r.id), links))
-            chunks, indexes = _case_chunks(queries, r, tmp / "data")
-            _write(tmp / f"case-{name}.html", render.render_case(r, links, chunks=chunks, indexes=indexes))
-            pages += 3
+        _write(tmp / "shape.html", render.render_shape([(r, shape[r.id]) for r in chosen], links))
         for a, b in pairs:
             page = queries.compare(a, b)
             _write(tmp / f"compare-{render.slug(a)}--{render.slug(b)}.html",
                    render.render_compare(page, links, chosen))
-            pages += 1
         if out.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
             os.replace(out, old / "site")
@@ -110,4 +151,4 @@ def build_site(queries: Queries, out: Path, runs: Optional[list[str]] = None) ->
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return SiteSummary(directory=out, runs=len(chosen), pages=pages, compares=len(pairs))
+    return SiteSummary(directory=out, runs=len(chosen), pages=2 + 3 * len(chosen) + len(pairs), compares=len(pairs))

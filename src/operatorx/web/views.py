@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
 from operatorx.web.safe import clean, clean_text
@@ -91,12 +91,9 @@ class RowView:
     noise: Optional[float]
     capped: bool
     clock: Optional[str]
-    key: str = field(repr=False, default="")
 
     def to_json(self) -> dict[str, Any]:
-        out = asdict(self)
-        del out["key"]
-        return out
+        return dict(self.__dict__)          # shallow: the lists are the view's own, never changed
 
 
 def case_key(op: dict[str, Any]) -> str:
@@ -142,7 +139,7 @@ def row_view(r: dict[str, Any]) -> RowView:
         intensity=flops / min_bytes if flops and min_bytes else None,
         stop_reason=clean_text(str(m["stop_reason"])) if m.get("stop_reason") else None,
         noise=_float(m.get("noise")), capped=bool(m.get("capped")),
-        clock=clean_text(str(m["clock"])) if m.get("clock") else None, key=case_key(op))
+        clock=clean_text(str(m["clock"])) if m.get("clock") else None)
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@
                    arrayminus: cs.map(c => c.ci_low === null ? 0 : c.ratio - c.ci_low), thickness: 1 },
         hovertemplate: "%{text}<br>M=%{x}<br>B/A=%{y:.3f}<extra>%{fullData.name}</extra>" });
     }
-    plot("plot-ratio", traces, { xaxis: { title: { text: "M" }, type: "log" }, yaxis: { title: { text: "B/A latency" } },
+    plot("plot-ratio", traces, { xaxis: { title: { text: "M" }, type: "log" }, yaxis: { title: { text: "B/A latency" }, type: "log" },
       shapes: [{ type: "line", xref: "paper", x0: 0, x1: 1, y0: 1, y1: 1, line: { color: "#888", dash: "dot" } }] },
       withRatio.length);
   }

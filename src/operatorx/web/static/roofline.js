@@ -17,9 +17,10 @@
                                 `${p.gbps ? p.gbps.toFixed(0) : "-"} GB/s` + (p.pct_peak ? `, ${p.pct_peak.toFixed(1)}% of peak` : ""))),
         hovertemplate: "%{text}<br>%{x:.3g} FLOP/B, %{y:.3g} TFLOP/s<extra></extra>" });
     }
-    const xs = shown.map(p => p.intensity);
-    const lo = Math.min(...xs, 1) / 2, hi = Math.max(...xs, 1000) * 2;
     const bw = data.memory_gbps;
+    const knees = Object.values(data.compute_tflops || {}).filter(tf => bw && tf).map(tf => tf * 1000 / bw);
+    const xs = shown.map(p => p.intensity);
+    const lo = Math.min(...xs, ...knees, 1) / 2, hi = Math.max(...xs, ...knees, 1000) * 2;
     for (const [cls, tf] of Object.entries(data.compute_tflops || {})) {
       if (!bw || !tf) continue;
       const knee = tf * 1000 / bw;                         // FLOP/B where bandwidth meets compute
