@@ -13,7 +13,6 @@ from urllib.parse import quote
 
 import pytest
 
-from operatorx.web.queries import compare_documents
 from tests.web.conftest import WebDb, chromium_path
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install -e '.[dev]')")
@@ -128,7 +127,6 @@ def test_case_page_draws_every_sample(page, server_url, web_db, tmp_path):
     _shot(page, "case", tmp_path)
 
 
-@pytest.mark.skipif(compare_documents is None, reason="operatorx.report.compare is not in this build")
 def test_compare_page_ratio_table_and_plot(page, server_url, web_db, tmp_path):
     page.goto(f"{server_url}/compare?a={web_db.run_a}&b={web_db.run_b}")
     n = len(_ok_rows(web_db))
@@ -173,9 +171,8 @@ def test_static_site_from_disk(page, static_site, web_db, tmp_path):
     assert page.locator("#plot-roofline .scatterlayer .point").count() == len(_ok_rows(web_db))
     page.goto((static_site / "shape.html").as_uri())
     assert _points(page, "plot-latency") > 0
-    if compare_documents is not None:
-        page.goto((static_site / f"compare-{web_db.run_a}--{web_db.run_b}.html").as_uri())
-        assert _points(page, "plot-ratio") == len(_ok_rows(web_db))
+    page.goto((static_site / f"compare-{web_db.run_a}--{web_db.run_b}.html").as_uri())
+    assert _points(page, "plot-ratio") == len(_ok_rows(web_db))
     hostile = next(static_site.glob("run-hostile*.html"))
     page.goto(hostile.as_uri())
     page.wait_for_selector("#rows-table tbody tr")

@@ -18,7 +18,6 @@ from starlette.testclient import TestClient
 
 from operatorx.web import Queries, WebError, open_store
 from operatorx.web.app import create_app
-from operatorx.web.queries import compare_documents
 from operatorx.web.safe import clean, clean_text, script_json
 from tests.web.conftest import HOSTILE_MESSAGE, WebDb, page_data
 
@@ -76,9 +75,6 @@ def test_shape_roofline_case_pages(client, web_db):
 def test_compare_page(client, web_db):
     r = client.get(f"/compare?a={web_db.run_a}&b={web_db.run_b}")
     assert r.status_code == 200
-    if compare_documents is None:
-        assert "compare not available" in r.text
-        return
     data = _data(r.text)
     ok = [row for row in web_db.doc_a["rows"] if row["status"] == "ok"]
     measured = [c for c in data["cases"] if c["ratio"] is not None]
@@ -158,8 +154,7 @@ def test_static_site_is_self_contained(static_site, web_db):
     for run in (web_db.run_a, web_db.run_b):
         assert {f"run-{run}.html", f"roofline-{run}.html", f"case-{run}.html"} <= names
     assert (static_site / "static" / "plotly.min.js").stat().st_size > 1_000_000
-    if compare_documents is not None:
-        assert f"compare-{web_db.run_a}--{web_db.run_b}.html" in names
+    assert f"compare-{web_db.run_a}--{web_db.run_b}.html" in names
     for page in static_site.glob("*.html"):
         html = page.read_text()
         assert not re.search(r"""(src|href)=["']?(https?:)?//""", html), page.name   # no CDN, nothing remote
@@ -205,9 +200,8 @@ def test_report_build_compare_choices(web_db, tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert (out / f"run-{web_db.run_b}.html").is_file()              # a compared run comes along
-    if compare_documents is not None:
-        assert (out / f"compare-{web_db.run_a}--{web_db.run_b}.html").is_file()
-        assert f'href="compare-{web_db.run_a}--{web_db.run_b}.html"' in (out / "index.html").read_text()
+    assert (out / f"compare-{web_db.run_a}--{web_db.run_b}.html").is_file()
+    assert f'href="compare-{web_db.run_a}--{web_db.run_b}.html"' in (out / "index.html").read_text()
     done = subprocess.run([*base, "--compare", "sideways"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 2 and "--compare sideways" in done.stderr and "Traceback" not in done.stderr
 

@@ -8,16 +8,15 @@ it changes is how the Store's engine connects (web: read-only, see `open_store`)
 
 from __future__ import annotations
 
-import importlib
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Optional
 
 from sqlalchemy import event
 
 from operatorx.platform.peaks import peaks_for
+from operatorx.report.compare import compare_documents
 from operatorx.store import RunNotFound, Store, StoreError
 from operatorx.web.safe import clean
 from operatorx.web.views import (
@@ -32,18 +31,6 @@ from operatorx.web.views import (
 )
 
 __all__ = ["Queries", "WebError", "open_store", "RunPage", "RooflinePage", "ComparePage"]
-
-
-def _load_compare() -> Optional[Callable[..., Any]]:
-    """ROWS' regression verdicts (`operatorx.report.compare`); the Compare page says so without them."""
-    try:
-        module = importlib.import_module("operatorx.report.compare")
-    except ImportError:  # pragma: no cover - only in a build without report/compare.py
-        return None
-    return getattr(module, "compare_documents", None)
-
-
-compare_documents = _load_compare()
 
 
 class WebError(Exception):
@@ -110,7 +97,6 @@ class RooflinePage:
 class ComparePage:
     a: RunSummary
     b: RunSummary
-    available: bool
     cases: list[CompareCase]
     verdicts: dict[str, int]
 
@@ -238,8 +224,6 @@ class Queries:
 
     def compare(self, a: str, b: str) -> ComparePage:
         run_a, run_b = self.resolve(a), self.resolve(b)
-        if compare_documents is None:
-            return ComparePage(a=run_a, b=run_b, available=False, cases=[], verdicts={})
         doc_a, doc_b = self.document(run_a), self.document(run_b)
         where: dict[str, tuple[RowView, Optional[int], Optional[int]]] = {}
         for side, run, doc in (("a", run_a, doc_a), ("b", run_b, doc_b)):
@@ -260,7 +244,7 @@ class Queries:
                 m=view.m if view else None, index_a=ia, index_b=ib, a_latency_us=c.a_latency_us,
                 b_latency_us=c.b_latency_us, ratio=c.ratio, ci_low=c.ci_low, ci_high=c.ci_high,
                 p_value=c.p_value, q_value=c.q_value, verdict=str(c.verdict), flags=list(c.flags)))
-        return ComparePage(a=run_a, b=run_b, available=True, cases=cases, verdicts=verdicts)
+        return ComparePage(a=run_a, b=run_b, cases=cases, verdicts=verdicts)
 
 
 _CASE_METRICS = ("latency_us", "method", "clock", "l2_state", "l2_verified", "noise", "summary_us", "samples_us",

@@ -136,10 +136,10 @@ def render_compare(page: Optional[ComparePage], links: Links, runs: list[RunSumm
     if page is None:
         data: dict[str, Any] = {"page": "compare", "cases": None}
         return _page("compare.html", links, "Compare", data, [r.id for r in runs], cmp=None, runs=runs)
-    data = {"page": "compare", "a": page.a.to_json(), "b": page.b.to_json(), "available": page.available,
+    data = {"page": "compare", "a": page.a.to_json(), "b": page.b.to_json(),
             "cases": [c.to_json() for c in page.cases]}
     return _page("compare.html", links, f"Compare {page.a.id} / {page.b.id}", data, [page.a.id, page.b.id],
-                 cmp=page, runs=runs, plots=page.available)
+                 cmp=page, runs=runs, plots=True)
 
 
 def render_error(message: str, links: Links) -> str:

@@ -78,20 +78,32 @@ def _run_pages(queries: Queries, run: RunSummary, links: render.Links, tmp: Path
     return render.shape_rows(page.rows)
 
 
-def _run_pages_in_worker(db: str, run: RunSummary, links: render.Links, tmp: Path) -> list[dict[str, Any]]:
-    return _run_pages(Queries.open(db), run, links, tmp)
+def _compare_page(queries: Queries, a: str, b: str, links: render.Links, runs: list[RunSummary], tmp: Path) -> None:
+    _write(tmp / f"compare-{render.slug(a)}--{render.slug(b)}.html",
+           render.render_compare(queries.compare(a, b), links, runs))
 
 
-def _all_run_pages(queries: Queries, runs: list[RunSummary], links: render.Links, tmp: Path,
-                   workers: Optional[int]) -> dict[str, list[dict[str, Any]]]:
-    """Each run's pages, in worker processes when there are several runs and CPUs (reading and writing a
-    run's rows is CPU-bound JSON work); their Shape rows by run id."""
-    n = min(workers or os.cpu_count() or 1, len(runs))
+def _in_worker(job: str, db: str, *args: Any) -> Any:
+    queries = Queries.open(db)
+    return _run_pages(queries, *args) if job == "run" else _compare_page(queries, *args)
+
+
+def _all_pages(queries: Queries, runs: list[RunSummary], pairs: list[tuple[str, str]], links: render.Links,
+               tmp: Path, workers: Optional[int]) -> dict[str, list[dict[str, Any]]]:
+    """Each run's pages and each comparison, in worker processes when there are several jobs and CPUs
+    (reading and writing rows is CPU-bound JSON work; comparisons, the longest, go first). Returns the
+    runs' Shape rows by run id."""
+    n = min(workers or os.cpu_count() or 1, len(runs) + len(pairs))
     if n <= 1 or queries.db is None:
+        for a, b in pairs:
+            _compare_page(queries, a, b, links, runs, tmp)
         return {r.id: _run_pages(queries, r, links, tmp) for r in runs}
     with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = {r.id: pool.submit(_run_pages_in_worker, queries.db, r, links, tmp) for r in runs}
-        return {rid: f.result() for rid, f in futures.items()}
+        compares = [pool.submit(_in_worker, "compare", queries.db, a, b, links, runs, tmp) for a, b in pairs]
+        pages = {r.id: pool.submit(_in_worker, "run", queries.db, r, links, tmp) for r in runs}
+        for f in compares:
+            f.result()
+        return {rid: f.result() for rid, f in pages.items()}
 
 
 def build_site(queries: Queries, out: Path, runs: Optional[list[str]] = None,
@@ -134,13 +146,9 @@ def build_site(queries: Queries, out: Path, runs: Optional[list[str]] = None,
         _write(tmp / MARKER, "written by operatorx report build; the whole directory is replaced on rebuild\n")
         shutil.copytree(STATIC_DIR, tmp / "static")
         (tmp / "data").mkdir()
-        shape = _all_run_pages(queries, chosen, links, tmp, workers)
+        shape = _all_pages(queries, chosen, pairs, links, tmp, workers)
         _write(tmp / "index.html", render.render_runs(chosen, links))
         _write(tmp / "shape.html", render.render_shape([(r, shape[r.id]) for r in chosen], links))
-        for a, b in pairs:
-            page = queries.compare(a, b)
-            _write(tmp / f"compare-{render.slug(a)}--{render.slug(b)}.html",
-                   render.render_compare(page, links, chosen))
         if out.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
             os.replace(out, old / "site")
