@@ -46,6 +46,7 @@ def test_ingest_twice_is_the_same_rows(tmp_path, db_url):
     after = store.document("shard-1")
     assert after == before and store.row_count() == 6
     assert before["rows"] == doc["rows"]                     # rows come back as they went in
+    assert json.dumps(before["rows"]) == json.dumps(doc["rows"])             # key order too
     run = store.list_runs()[0]
     assert (run["gpu"], run["run_group"], run["shard"], run["state"]) == ("NVIDIA H200", "g", "1/2", "finished")
     assert run["counts"] == {"ok": 3, "unsupported": 0, "error": 1, "missing": 2}

@@ -132,3 +132,17 @@ def test_postgresql_tables_do_not_collide_with_other_apps(pg_url):
     store = Store(pg_url)
     store.begin_run("r", "2026-11-30T00:00:00", "t", "torch", "cpu", {})
     assert [r["id"] for r in store.list_runs()] == ["r"]
+
+
+def test_the_migrations_build_exactly_the_tables_the_code_uses(db_url):
+    """schema.py (what the code reads and writes) and the migration scripts (what databases get)
+    must not drift apart."""
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+
+    from operatorx.store.schema import metadata
+
+    store = Store(db_url)
+    with store.engine.connect() as conn:
+        diffs = compare_metadata(MigrationContext.configure(conn), metadata)
+    assert [d for d in diffs if "ox_alembic_version" not in str(d)] == []

@@ -336,12 +336,4 @@ class Store:
 
 
 def _row_from_json(d: dict[str, Any]) -> Row:
-    from_json = getattr(Row, "from_json", None)
-    if from_json is not None:
-        return from_json(d)                # type: ignore[no-any-return]
-    from operatorx.spec import Case
-
-    op = d["op"]
-    case = Case.model_validate({"type": op["type"], "args": op["args"], "sources": op.get("sources", [])})
-    return Row(case=case, backend=op["backend"], status=d["status"], testlist=d.get("testlist", ""),  # type: ignore[call-arg]
-               case_index=d["case_index"], message=d.get("message"), metrics=d.get("metrics") or {})
+    return Row.from_json(d)

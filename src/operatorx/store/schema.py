@@ -6,6 +6,9 @@
 - `cases`: one per distinct case (type + args), shared by every run that timed it.
 - `rows`: one per (run, case, backend, side) — a UNIQUE key, so writing a row twice replaces it. Typed
   columns for what people filter and plot, the raw samples, and the full row document as JSON.
+
+`info` and `record` are plain JSON (PostgreSQL `json`: kept as written, key order included, so a
+document read back is the document stored); the JSON columns meant for queries are JSONB there.
 """
 
 from __future__ import annotations
@@ -45,21 +48,21 @@ runs = Table(
     Column("testlist", Text, nullable=False),
     Column("backend", Text, nullable=False),
     Column("device", String(16), nullable=False),                         # cuda, cpu
-    Column("run_group", String(128)),
-    Column("shard", String(32)),
+    Column("run_group", Text),
+    Column("shard", Text),
     Column("host", Text),
     Column("gpu_name", Text),
-    Column("gpu_uuid", String(64)),
-    Column("gpu_pci_bus_id", String(32)),
-    Column("driver", String(64)),
-    Column("cuda", String(64)),
-    Column("torch_version", String(64)),
-    Column("vllm_version", String(64)),
-    Column("triton_version", String(64)),
-    Column("operatorx_version", String(64)),
-    Column("git_commit", String(64)),
+    Column("gpu_uuid", Text),
+    Column("gpu_pci_bus_id", Text),
+    Column("driver", Text),
+    Column("cuda", Text),
+    Column("torch_version", Text),
+    Column("vllm_version", Text),
+    Column("triton_version", Text),
+    Column("operatorx_version", Text),
+    Column("git_commit", Text),
     Column("settings", _Json),
-    Column("info", _Json, nullable=False),
+    Column("info", JSON, nullable=False),
     Index("ox_runs_started_at", "started_at"),
     Index("ox_runs_run_group", "run_group"),
 )
@@ -81,7 +84,7 @@ rows = Table(
     Column("run_id", String(64), ForeignKey("ox_runs.id", ondelete="CASCADE"), nullable=False),
     Column("case_id", Integer, ForeignKey("ox_cases.id"), nullable=False),
     Column("backend", Text, nullable=False),
-    Column("side", String(32), nullable=False, server_default=""),
+    Column("side", Text, nullable=False, server_default=""),
     Column("case_index", Integer, nullable=False),
     Column("testlist", Text, nullable=False),
     Column("status", String(16), nullable=False),
@@ -103,7 +106,7 @@ rows = Table(
     Column("pct_peak", Float),
     Column("samples_us", _Json),
     Column("sources", _Json),
-    Column("record", _Json, nullable=False),
+    Column("record", JSON, nullable=False),
     UniqueConstraint("run_id", "case_id", "backend", "side", name="ox_rows_identity"),
     Index("ox_rows_run_status", "run_id", "status"),
     Index("ox_rows_run_index", "run_id", "case_index"),
