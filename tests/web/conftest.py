@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,7 @@ def _store_copy(store: Store, doc: dict[str, Any], run_id: str, started_at: str,
                     [Row.missing(r.case, r.backend, testlist, r.case_index) for r in planned])
     for r in planned:
         store.put_row(run_id, r)
-    store.finish_run(run_id, started_at.replace(":00+", ":30+"))
+    store.finish_run(run_id, (datetime.fromisoformat(started_at) + timedelta(minutes=30)).isoformat(timespec="seconds"))
 
 
 def _slower(row: dict[str, Any], factor: float) -> dict[str, Any]:
@@ -92,7 +93,8 @@ def web_db(tmp_path_factory: pytest.TempPathFactory) -> WebDb:
     doc_a = store.document("latest")
     run_a = doc_a["run"]["id"]
     run_b = run_a + "-b"
-    _store_copy(store, doc_a, run_b, "2099-01-01T00:00:00+00:00", doc_a["run"]["testlist"],
+    later = (datetime.fromisoformat(doc_a["run"]["started_at"]) + timedelta(hours=1)).isoformat(timespec="seconds")
+    _store_copy(store, doc_a, run_b, later, doc_a["run"]["testlist"],
                 [_slower(r, 1.25) for r in doc_a["rows"]])
     hostile = "hostile-<b>run</b>"
     _store_copy(store, doc_a, hostile, "2000-01-01T00:00:00+00:00", HOSTILE_TESTLIST,

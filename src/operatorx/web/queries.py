@@ -232,7 +232,8 @@ class Queries:
                 prev = where.get(key)
                 ia = v.index if side == "a" else (prev[1] if prev else None)
                 ib = v.index if side == "b" else (prev[2] if prev else None)
-                where[key] = (prev[0] if prev else v, ia, ib)
+                keep = prev[0] if prev and (prev[0].scheme or not v.scheme) else v     # one that knows its scheme
+                where[key] = (keep, ia, ib)
         comparison = compare_documents(doc_a, doc_b)
         cases = []
         verdicts: dict[str, int] = {}
