@@ -27,6 +27,8 @@ _SCRIPT_UNSAFE = re.compile("[<>&\u2028\u2029]")
 
 def clean_text(text: str) -> str:
     """The text without terminal escapes or control characters (tab and newline stay)."""
+    if text.isprintable():          # the usual case, answered at C speed
+        return text
     if "\x1b" in text or "\x9b" in text:
         text = _ANSI.sub("", text)
     return _CONTROL.sub("", text)
