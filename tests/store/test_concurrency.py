@@ -151,3 +151,19 @@ def test_sqlite_is_in_wal_mode(tmp_path):
 
     Store(str(tmp_path / "ox.db"))
     assert sqlite3.connect(tmp_path / "ox.db").execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_a_postgresql_connection_dropped_mid_run_is_replaced(pg_url):
+    """A sweep's pooled connection killed by the server (restart, idle timeout, a proxy): the next
+    write gets a fresh connection instead of failing."""
+    import psycopg
+
+    store = Store(pg_url)
+    store.begin_run("r", T0, "t", "torch", "cpu", {}, planned(3))
+    store.put_row("r", done(0))
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        killed = admin.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                               "WHERE datname = current_database() AND application_name = 'operatorx'").fetchone()
+    assert killed is not None and killed[0] >= 1
+    store.put_row("r", done(1))
+    assert store.unfinished("r") == [2]

@@ -50,7 +50,9 @@ def make_engine(target: DbTarget, *, mode: str, timeout_s: float) -> Engine:
     if target.kind == "postgresql":
         require_psycopg(target)
         assert target.url is not None
-        return create_engine(target.url, json_serializer=json_dumps,
+        # pre-ping: a sweep's pooled connection may sit idle for an hour and be dropped by the server
+        # or a proxy in between; a dead one is replaced on checkout instead of failing the write
+        return create_engine(target.url, json_serializer=json_dumps, pool_pre_ping=True,
                              connect_args={"connect_timeout": PG_CONNECT_TIMEOUT_S, "application_name": "operatorx"})
     assert target.path is not None
     uri = f"file:{quote(str(target.path.absolute()))}?mode={mode}"
@@ -80,6 +82,8 @@ def transaction(engine: Engine, target: DbTarget, *, write: bool) -> Iterator[Co
     with engine.connect() as conn:
         if target.kind == "sqlite":
             conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+        elif not write:                      # one snapshot for every statement of a read (run + its rows)
+            conn = conn.execution_options(isolation_level="REPEATABLE READ")
         try:
             yield conn
         except BaseException:
@@ -93,7 +97,9 @@ def _transient(target: DbTarget, err: BaseException) -> bool:
         return False
     if target.kind == "sqlite":
         return sqlite_error_kind(err) == "locked"
-    code = getattr(getattr(err, "orig", None), "sqlstate", None)
+    code = getattr(getattr(err, "orig", None), "sqlstate", None) or ""
+    if err.connection_invalidated or code.startswith("08"):          # the connection dropped: a new one may do
+        return True
     return code in ("40001", "40P01", "55P03")        # serialization failure, deadlock, lock not available
 
 

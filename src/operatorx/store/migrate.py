@@ -38,12 +38,23 @@ def schema_state(conn: Connection) -> tuple[SchemaState, str | None]:
             return ("empty", None) if "ox_runs" not in tables else ("unversioned", None)
         if rev == SCHEMA_HEAD:
             return "current", rev
-        return ("older" if rev < SCHEMA_HEAD else "newer"), rev
+        return ("older" if rev in _known_revisions() else "newer"), rev
     if "ox_runs" in tables:
         return "unversioned", None
     if {"runs", "rows"} <= tables:
         return "legacy", None
     return "empty", None
+
+
+def _known_revisions() -> set[str]:
+    """Every revision among this version's migration scripts (a revision not among them was made by
+    a newer OperatorX)."""
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(_MIGRATIONS))
+    return {s.revision for s in ScriptDirectory.from_config(cfg).walk_revisions()}
 
 
 def _alembic_config(conn: Connection) -> Any:
