@@ -167,3 +167,24 @@ def test_a_postgresql_connection_dropped_mid_run_is_replaced(pg_url):
     assert killed is not None and killed[0] >= 1
     store.put_row("r", done(1))
     assert store.unfinished("r") == [2]
+
+
+def test_a_run_completes_while_a_reader_holds_a_transaction_throughout(tmp_path):
+    """End to end: `operatorx run` on the CPU, start to finish, while another program holds a read
+    transaction on the file for longer than the whole run (with a 1 s busy timeout)."""
+    db = tmp_path / "ox.db"
+    Store(str(db)).close()
+    reader = _held(tmp_path, _HOLD_READ, db, 600.0)
+    try:
+        env = {**os.environ, "OPERATORX_DB_BUSY_TIMEOUT_S": "1",
+               "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+        p = subprocess.run([sys.executable, "-m", "operatorx", "run", "-t", "gemm", "--device", "cpu", "--limit", "2",
+                            "--db", str(db), "--results-dir", str(tmp_path / "res")], env=env, cwd=tmp_path,
+                           capture_output=True, text=True, timeout=300)
+        assert reader.poll() is None                      # still holding when the run ended
+    finally:
+        reader.kill()
+        reader.communicate()
+    assert p.returncode == 0, p.stderr[-3000:]
+    [run] = Store(str(db), create=False).list_runs()
+    assert run["state"] == "finished" and run["counts"]["ok"] == 2 and run["rows"] == 2
