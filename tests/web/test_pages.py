@@ -216,3 +216,30 @@ def test_build_in_one_process_matches_workers(web_db, tmp_path):
     assert files == sorted(p.relative_to(two.directory) for p in two.directory.rglob("*") if p.is_file())
     for f in files:
         assert (one.directory / f).read_bytes() == (two.directory / f).read_bytes(), f
+
+
+def test_serve_command_serves_and_refuses_a_busy_port(web_db):
+    import time
+    import urllib.request
+
+    from tests.web.conftest import free_port
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "operatorx", "serve", "--db", str(web_db.path), "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as r:
+                    assert r.status == 200 and web_db.run_a in r.read().decode()
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
+                time.sleep(0.2)
+        busy = subprocess.run([sys.executable, "-m", "operatorx", "serve", "--db", str(web_db.path), "--port",
+                               str(port)], capture_output=True, text=True, timeout=120)
+        assert busy.returncode == 2 and "cannot listen on 127.0.0.1" in busy.stderr and "Traceback" not in busy.stderr
+    finally:
+        proc.terminate()
+        proc.wait(20)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import time
 from pathlib import Path
 from typing import Optional
@@ -37,11 +38,14 @@ def serve_command(db: str = _DB,
     from operatorx.web.app import create_app
 
     app = create_app(_open(db))
-    typer.echo(f"OperatorX dashboard on http://{host}:{port}/ (read-only {db}); Ctrl-C stops it")
-    try:
-        uvicorn.run(app, host=host, port=port, log_level="warning")
+    try:                                     # uvicorn would log a bind failure and exit 1: say it in one line
+        with socket.create_server((host, port)):
+            pass
     except OSError as err:
-        raise _fail(f"cannot listen on {host}:{port}: {err.strerror or err}; pick another --port") from None
+        raise _fail(f"cannot listen on {host}:{port}: {err.strerror or err}; pick another --port or --host") \
+            from None
+    typer.echo(f"OperatorX dashboard on http://{host}:{port}/ (read-only {db}); Ctrl-C stops it")
+    uvicorn.run(app, host=host, port=port, log_level="warning")
 
 
 @report_app.command("build")
