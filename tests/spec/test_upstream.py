@@ -148,3 +148,11 @@ def test_a_converted_case_the_format_refuses_names_the_new_field():
     old["args"]["hidden"] = 7000          # block scales of 128 do not divide it
     with pytest.raises(UpgradeError, match=r"f \(upgraded\): case 0: args: experts.a1.scale.group"):
         upgrade_cases([old], "f")
+
+
+def test_to_json_reads_back_exactly_with_recipes_and_metadata(write_testlist):
+    path = write_testlist([{**gemm(), "owner": "perf", "recipes": ["r1"], "sources": ["o/m/q"]}])
+    (case,) = load_testlist(path, on_warning=lambda _m: None)
+    again = Case.model_validate(case.to_json())          # what a sweep ships to its worker processes
+    assert again == case and again.metadata == {"owner": "perf"} and again.recipes == ["r1"]
+    assert again.sources == ["o/m/q"]

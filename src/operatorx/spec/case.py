@@ -95,11 +95,13 @@ class Case(SpecModel):
         return int(hashlib.sha256(self.key().encode()).hexdigest()[:8], 16)
 
     def to_json(self) -> dict[str, Any]:
-        """The case as a testlist writes it; recipes and other metadata only when there are some."""
-        out: dict[str, Any] = {**self.metadata, "type": self.type, "args": self.args_dict(),
-                               "sources": list(self.sources)}
+        """The case as a testlist writes it (and `Case.model_validate` reads back exactly); recipes
+        and metadata only when there are some."""
+        out: dict[str, Any] = {"type": self.type, "args": self.args_dict(), "sources": list(self.sources)}
         if self.recipes:
             out["recipes"] = list(self.recipes)
+        if self.metadata:
+            out["metadata"] = dict(self.metadata)
         return out
 
     # --- what the op costs ------------------------------------------------------------------
