@@ -264,3 +264,15 @@ def test_docs_metrics_md_names_every_key_of_a_full_row_with_a_unit_column():
     for key in ok_row().metrics:
         assert f"`{key}`" in text
     assert "| `latency_us` | number | µs |" in text and "| `tflops` | number | TFLOP/s |" in text
+
+
+def test_the_sweeps_own_keys_are_typed_and_round_trip():
+    doc = Row(case=GEMM, backend="torch", status="error", testlist="t", case_index=2, message="crashed: the worker",
+              error_kind="crashed", metrics={"scheme": "bf16", "worker_stderr_tail": "Segmentation fault",
+                                             "failures": ["crashed: exit -11"],
+                                             "memory": {"before": {"host_rss_bytes": 1}, "after": {"host_rss_bytes": 2},
+                                                        "host_growth_bytes": 1, "device_growth_bytes": 0}}).to_json()
+    row = Row.from_json(doc)
+    assert row.other == {} and row.failures == ["crashed: exit -11"] and row.worker_stderr_tail == "Segmentation fault"
+    assert row.memory is not None and row.memory.host_growth_bytes == 1
+    assert row.to_json() == doc

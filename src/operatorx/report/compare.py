@@ -279,7 +279,7 @@ def _index(doc: dict[str, Any]) -> dict[tuple[str, str, str], Row]:
     out: dict[tuple[str, str, str], Row] = {}
     for r in rows:
         key = (r.case.key(), r.side)
-        out[(*key, r.backend if len(per_case[key]) > 1 else "")] = r
+        out[(key[0], key[1], r.backend if len(per_case[key]) > 1 else "")] = r
     return out
 
 

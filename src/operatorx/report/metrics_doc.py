@@ -23,7 +23,7 @@ DOC_PATH = Path(__file__).resolve().parents[3] / "docs" / "metrics.md"
 _HEAD = """\
 # What a row's `metrics` holds
 
-<!-- Generated from src/operatorx/result.py by `python -m operatorx.result --write`; edit the field
+<!-- Generated from src/operatorx/result.py and result_parts.py by `python -m operatorx.result --write`; edit the field
 descriptions there, not this file (tests/test_result.py fails when the two differ). -->
 
 A result document has one object per case (`rows[i]`): `op` (type, args, backend, sources), `label`,
@@ -50,12 +50,13 @@ _SECTIONS: tuple[tuple[str, str, type[BaseModel]], ...] = (
     ("Conditions", "Row.conditions", rm.Conditions),
     ("What ran", "Row.ran", rm.WhatRan),
 )
-_ROW_KEYS = ("scheme", "check", "host", "case_seconds", "worker", "extra", "traceback", "ab")
+_ROW_KEYS = ("scheme", "check", "host", "case_seconds", "worker", "extra", "traceback", "memory", "worker_stderr_tail",
+             "failures", "ab")
 _PARTS: tuple[tuple[str, type[BaseModel]], ...] = (
     ("`summary_us`", rm.Summary), ("`warmup`", rm.Warmup), ("`timing`", rm.TimingInfo), ("`peak`", rm.Peak),
     ("`telemetry`", rm.Telemetry), ("`profile`", rm.KernelProfile), ("`profile.kernels[]`", rm.Kernel),
     ("`check`", rm.CheckResult), ("`host`", rm.HostTime), ("`case_seconds`", rm.CaseSeconds),
-    ("`worker`", rm.WorkerDevice),
+    ("`worker`", rm.WorkerDevice), ("`memory`", rm.MemoryCheck),
 )
 
 

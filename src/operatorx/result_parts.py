@@ -1,0 +1,274 @@
+"""The typed parts of a row (operatorx.result.Row): what was measured, rates, conditions, what ran,
+the check, host time, memory. Each field's description and unit feed docs/metrics.md.
+
+Every field name is its key in the result document's flat `metrics` object.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+__all__ = ["Part", "OpenPart", "Measured", "Summary", "Warmup", "TimingInfo", "Rates", "Peak", "Conditions",
+           "Telemetry", "WhatRan", "KernelProfile", "Kernel", "CheckResult", "HostTime", "CaseSeconds",
+           "WorkerDevice", "MemoryCheck", "compute_rates", "json_safe", "doc"]
+
+
+def doc(description: str, unit: str = "", default: Any = None) -> Any:
+    """A field with its meaning and unit (both go into docs/metrics.md)."""
+    return Field(default, description=description, json_schema_extra={"unit": unit})
+
+
+def json_safe(value: Any) -> Any:
+    """`value` as plain JSON data: a non-JSON object (a torch dtype in backend metadata) becomes its
+    text, a tuple key its text, NaN or infinity None (unknown: strict JSON stores refuse them)."""
+    if isinstance(value, BaseModel):
+        return value
+    if isinstance(value, dict):
+        return {k if isinstance(k, str) else str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if value is None or isinstance(value, (str, int, bool)):
+        return value
+    return str(value)
+
+
+class Part(BaseModel):
+    """A typed part of a row. Only the keys that were given are written back (exact round trip)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    def dump(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude_unset=True, by_alias=True)
+
+
+class OpenPart(Part):
+    """A part whose full content belongs to the code that measures it (measure/): the keys named here
+    are typed; others are kept as they came."""
+
+    model_config = ConfigDict(frozen=True, extra="allow", allow_inf_nan=False)
+
+
+# --- the number and how it was taken --------------------------------------------------------------
+
+class Summary(OpenPart):
+    median: Optional[float] = doc("median of the kept samples", "µs")
+    mean: Optional[float] = doc("mean", "µs")
+    min: Optional[float] = doc("fastest sample", "µs")
+    max: Optional[float] = doc("slowest sample", "µs")
+    p10: Optional[float] = doc("10th percentile", "µs")
+    p90: Optional[float] = doc("90th percentile", "µs")
+    iqr: Optional[float] = doc("interquartile range", "µs")
+    std: Optional[float] = doc("standard deviation (n-1)", "µs")
+    n: Optional[int] = doc("samples kept", "calls")
+    cv: Optional[float] = doc("std / mean", "fraction")
+    median_noise: Optional[float] = doc("relative 95% confidence half-width of the median; null when too few "
+                                        "samples to know", "fraction")
+
+    @field_validator("median_noise", "cv", mode="before")
+    @classmethod
+    def _unknown_if_not_finite(cls, v: Any) -> Any:
+        return v if not isinstance(v, float) or math.isfinite(v) else None
+
+
+class Warmup(Part):
+    calls: Optional[int] = doc("untimed calls before timing", "calls")
+    seconds: Optional[float] = doc("wall time of the warmup", "s")
+
+
+class TimingInfo(OpenPart):
+    """The timing settings used (measure/settings.py) plus what the timer saw."""
+
+    mode: Optional[str] = doc("`kernels`, `events` or `graph` (settings)")
+    noise_target: Optional[float] = doc("the stopping rule's target for `noise` (settings)", "fraction")
+    batches: Optional[int] = doc("timed batches (one profiler session each in kernels/graph mode)", "count")
+    starved_calls_dropped: Optional[int] = doc("calls the host left waiting (their span would count host time): "
+                                               "dropped", "calls")
+    starved_calls_kept: Optional[int] = doc("starved calls kept because the op itself waits on the host "
+                                            "(`host_gaps_included`)", "calls")
+    host_gaps_included: Optional[bool] = doc("the op leaves the GPU idle inside every call: gaps are in its span")
+    unattributed_activities: Optional[int] = doc("device activities no timed call launched", "count")
+    flush_bytes: Optional[int] = doc("size of the L2 flush buffer", "bytes")
+    enqueue_us_per_call: Optional[float] = doc("host time to enqueue one call under the profiler", "µs")
+    busy_us_median: Optional[float] = doc("median time some kernel of the call ran (also `busy_us`)", "µs")
+    gap_before_call_us_median: Optional[float] = doc("median idle GPU time before each call", "µs")
+
+
+class Measured(Part):
+    """The headline number, its samples, and how they were taken."""
+
+    latency_us: float = doc(
+        "median span of one call: first kernel's start to last kernel's end (host wall time on the CPU "
+        "device, `clock` says which). The headline by default: what a caller waits for", "µs", ...)
+    busy_us: Optional[float] = doc(
+        "median time some kernel of the call was running (the union of its kernels' intervals): what "
+        "Nsight Compute's sum of kernels compares with. Null where the timer cannot tell (events, CPU)", "µs")
+    busy_samples_us: Optional[list[float]] = doc("busy time of each kept call, where the timer gives it", "µs")
+    method: Optional[str] = doc("`cupti_kernels` (default on CUDA), `cupti_kernels/cuda_graph`, `cuda_events`, "
+                      "`host_clock/perf_counter`", "")
+    clock: Optional[Literal["device", "host"]] = doc("`device` (GPU timestamps) or `host` (CPU wall clock)", "")
+    l2_state: Optional[str] = doc("the L2 state each timed call started in: `cold_clean`, `cold_dirty`, `warm`")
+    l2_verified: Optional[bool] = doc("whether the run's start-up probe confirmed that L2 state (`run.l2_check` "
+                                      "in the document has the probe times); null when not probed")
+    noise: Optional[float] = doc("relative 95% confidence half-width of the median (distribution-free); null "
+                                 "when too few samples to know", "fraction")
+    summary_us: Optional[Summary] = doc("statistics of `samples_us`", "µs")
+    samples_us: list[float] = doc("every kept sample (the span of each call); starved calls are dropped and "
+                                  "counted in `timing`", "µs")
+    warmup: Optional[Warmup] = doc("calls and seconds before timing")
+    stop_reason: Optional[str] = doc("`noise_target`, `time_cap`, `max_samples`, `timeout` (`batches` for host "
+                                     "time)")
+    timing: Optional[TimingInfo] = doc("the settings used, plus what the timer saw")
+
+    @property
+    def gaps_us(self) -> Optional[float]:
+        """GPU idle time inside the median call (span − busy): launch gaps between its kernels."""
+        return None if self.busy_us is None else max(0.0, self.latency_us - self.busy_us)
+
+
+# --- rates ---------------------------------------------------------------------------------------
+
+class Peak(Part):
+    compute_class: Optional[str] = doc("`bf16`, `fp16`, `fp8`, `fp32`: which compute peak applies")
+    tflops: Optional[float] = doc("compute peak of that class; null when the device has none", "TFLOP/s")
+    memory_gbps: Optional[float] = doc("memory bandwidth peak", "GB/s")
+    source: Optional[str] = doc("where the peaks come from (`vendor datasheet, dense` or a measurement)", "")
+
+
+class Rates(Part):
+    """Work and rates from the case's own counts and `latency_us` (`compute_rates`)."""
+
+    flops: Optional[int] = doc("floating-point operations of one call (2·m·n·k for a GEMM)", "FLOP")
+    min_bytes: Optional[int] = doc("bytes one call must move at least (operands once, output once; an MoE counts the "
+                         "experts its routing hit)", "bytes")
+    tflops: Optional[float] = doc("flops / latency_us / 1e6", "TFLOP/s")
+    gbps: Optional[float] = doc("min_bytes / latency_us / 1e3", "GB/s")
+    pct_peak: Optional[float] = doc("the larger of tflops / peak.tflops and gbps / peak.memory_gbps, × 100: how "
+                                    "close to its bound the call ran", "%")
+    peak: Optional[Peak] = doc("the peaks `pct_peak` is taken against")
+
+
+def compute_rates(flops: int, min_bytes: int, time_us: float, peak: Optional[Peak]) -> Rates:
+    """The one place rates are computed: FLOP/time and bytes/time, `pct_peak` against `peak`."""
+    if not time_us > 0:
+        raise ValueError(f"rates need a positive time, got {time_us!r} µs")
+    tflops = flops / time_us / 1e6
+    gbps = min_bytes / time_us / 1e3
+    if peak is None:
+        return Rates(flops=flops, min_bytes=min_bytes, tflops=tflops, gbps=gbps)
+    fractions = [gbps / peak.memory_gbps] if peak.memory_gbps else []
+    if peak.tflops:
+        fractions.append(tflops / peak.tflops)
+    pct_peak = 100.0 * max(fractions) if fractions else None
+    return Rates(flops=flops, min_bytes=min_bytes, tflops=tflops, gbps=gbps, pct_peak=pct_peak, peak=peak)
+
+
+# --- conditions -----------------------------------------------------------------------------------
+
+class Telemetry(OpenPart):
+    """NVML (or amdsmi) readings inside the kept attempt's timed window (measure/telemetry.py)."""
+
+    available: Optional[bool] = doc("whether the GPU could be read at all")
+    capped: Optional[bool] = doc("a power/thermal reason with the SM clock under the capped fraction")
+    capping_reasons: Optional[list[str]] = doc("the reasons seen, by name")
+    sm_clock_mhz: Optional[dict[str, Any]] = doc("SM clock `min`/`p50`/`max`", "MHz")
+    mem_clock_mhz: Optional[dict[str, Any]] = doc("memory clock `min`/`p50`/`max`", "MHz")
+    power_w: Optional[dict[str, Any]] = doc("board power `min`/`p50`/`max`", "W")
+    temperature_c: Optional[dict[str, Any]] = doc("GPU temperature `min`/`p50`/`max`", "°C")
+    energy_mj: Optional[float] = doc("energy over the whole attempt", "mJ")
+    attempts: Optional[list[dict[str, Any]]] = doc("every attempt in brief (`latency_us`, `pause_s`, `capped`, "
+                                                   "`kept`): a capped attempt is retried with pauses")
+
+
+class Conditions(Part):
+    telemetry: Optional[Telemetry] = doc("the GPU's clocks, power and temperature while it was timed")
+    capped: Optional[bool] = doc("the kept attempt ran under a power or thermal cap (SM clock < 98.5% of max "
+                                 "with such a reason): its number describes the cap")
+
+
+# --- what ran -------------------------------------------------------------------------------------
+
+class Kernel(OpenPart):
+    name: Optional[str] = doc("kernel name", "")
+    count_per_call: Optional[float] = doc("launches per call", "count")
+    device_us_per_call: Optional[float] = doc("this kernel's device time per call", "µs")
+    device_us_median: Optional[float] = doc("median duration of one launch", "µs")
+
+
+class KernelProfile(OpenPart):
+    calls: Optional[int] = doc("calls the breakdown is taken over", "calls")
+    span_us_median: Optional[float] = doc("median span of those calls", "µs")
+    busy_us_median: Optional[float] = doc("median busy time of those calls", "µs")
+    kernels: list[Kernel] = doc("per kernel: name, launches, device time, launch shape (grid, block, "
+                                "registers, shared memory)", "", [])
+
+    @property
+    def kernels_per_call(self) -> float:
+        return sum(k.count_per_call or 0.0 for k in self.kernels)
+
+
+class WhatRan(Part):
+    profile: Optional[KernelProfile] = doc("which kernels one call runs, from the timed CUPTI records")
+    trace_path: Optional[str] = doc("the Perfetto-readable trace written with `--trace`")
+    counters: Optional[dict[str, Any]] = doc("with `--counters`: ncu's `duration_us`, `sm_throughput_pct`, "
+                                             "`dram_throughput_pct`, `achieved_occupancy_pct`, per-kernel list, "
+                                             "tool and its cache/clock control")
+    perturbed: Optional[str] = doc("set on every row of a `--counters` run: its latencies were taken under ncu")
+    profile_error: Optional[str] = doc("the profile, trace or ncu replay failed after timing; the timing stands")
+
+
+# --- the rest of a row ----------------------------------------------------------------------------
+
+class CheckResult(Part):
+    """The correctness check against an fp32 reference, once before timing."""
+
+    checked: Optional[bool] = doc("false when nothing was compared (user code without a reference)")
+    ok: Optional[bool] = doc("rel_error <= bound; null when not checked")
+    rel_error: Optional[float] = doc("‖out − ref‖_F / ‖ref‖_F over the rows checked", "fraction")
+    bound: Optional[float] = doc("the largest rel_error this case's dtypes allow", "fraction")
+    rows_checked: Optional[int] = doc("output rows compared", "rows")
+    reference: Optional[str] = doc("what the reference computed, in words")
+
+
+class HostTime(OpenPart):
+    """With `--host`: what the Python call costs on the CPU (measure/host_time.py)."""
+
+    host_us_per_call: Optional[float] = doc("median over batches of batch wall time / calls", "µs")
+    iqr_us: Optional[float] = doc("spread of the batch values", "µs")
+    batch_us_per_call: Optional[list[float]] = doc("each batch's value", "µs")
+    device_us_per_call: Optional[float] = doc("the device latency it is compared with", "µs")
+    host_bound: Optional[bool] = doc("host time per call exceeds device time: the GPU waits for Python")
+    warnings: Optional[list[str]] = doc("what may inflate the host time (function modes, launch queue, a "
+                                        "busy CPU)")
+    layers: Optional[dict[str, Any]] = doc("host time of each deeper entry point of the op")
+
+
+class CaseSeconds(OpenPart):
+    prepare_check: Optional[float] = doc("prepare and correctness check", "s")
+    timing: Optional[float] = doc("warmup and timed batches, retries included", "s")
+    profile: Optional[float] = doc("kernel breakdown, trace and counters replay", "s")
+    total: Optional[float] = doc("the whole case, release included", "s")
+
+
+class WorkerDevice(Part):
+    """The device the row was measured on (a sweep's rows come from several)."""
+
+    kind: Optional[str] = doc("`cuda` (also ROCm) or `cpu`")
+    name: Optional[str] = doc("device name")
+    uuid: Optional[str] = doc("GPU UUID, when known")
+    pci_bus_id: Optional[str] = doc("PCI bus id, when known")
+    index: Optional[int] = doc("device index inside the worker's process, when known")
+
+
+class MemoryCheck(OpenPart):
+    """Did the case give its memory back (run/memory_watch.py)? Read before the case and after its release."""
+
+    before: Optional[dict[str, Any]] = doc("`host_rss_bytes`, `device_allocated_bytes` before the case", "bytes")
+    after: Optional[dict[str, Any]] = doc("the same after the case's release", "bytes")
+    host_growth_bytes: Optional[int] = doc("resident set growth over the case", "bytes")
+    device_growth_bytes: Optional[int] = doc("torch allocator growth over the case (a leak above the limit makes "
+                                             "the row `error`, kind `leak`)", "bytes")
