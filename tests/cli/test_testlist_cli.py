@@ -114,3 +114,16 @@ def test_from_config_without_kv_heads_is_multi_head_attention(tmp_path):
     assert r.exit_code == 0, r.output
     qkv = [c for c in load_testlist(out) if any("qkv_proj" in s for s in c.sources)]
     assert qkv and qkv[0].args.n == 3 * 16 * 64          # q + k + v, 16 heads each
+
+
+def test_an_upstream_style_case_runs_through_worker_processes(write_testlist, tmp_path):
+    path = write_testlist([{**gemm(m=2, n=64, k=64), "sources": ["org/A", "org/B"], "name": ["q_proj"],
+                            "recipes": ["serve-[x]"], "owner": "perf"}])
+    db = tmp_path / "x.db"
+    r = runner.invoke(app, ["run", "-t", str(path), "--device", "cpu", "--db", str(db), "--results-dir",
+                            str(tmp_path / "r"), "--min-samples", "3", "--max-time", "0.1"])
+    assert r.exit_code == 0, r.output
+    from operatorx.store import Store
+
+    (row,) = Store(str(db)).document("latest")["rows"]
+    assert row["status"] == "ok" and row["op"]["sources"] == ["org/A/q_proj", "org/B/q_proj"]
