@@ -21,6 +21,8 @@ __all__ = [
     "resolve_testlist", "shipped_testlists", "old_format", "read_json", "CASE_KEYS", "MAX_PROBLEMS_SHOWN",
 ]
 
+#: The largest testlist read (the shipped full list is about 1.4 MB).
+MAX_FILE_BYTES = 256 << 20
 #: Problems a TestlistError shows (1,000 bad cases are not 1,000 lines on screen).
 MAX_PROBLEMS_SHOWN = 20
 #: The top-level keys of a case the format defines; others are metadata (a warning, kept as written).
@@ -140,6 +142,11 @@ def read_json(path: str | os.PathLike[str]) -> Any:
     """A file's strict JSON (see strict_json); TestlistError naming the file when it is not."""
     path = Path(path)
     try:
+        if path.exists() and not path.is_file():
+            raise TestlistError([f"{path}: not a regular file; a testlist is a JSON file"])
+        if path.exists() and path.stat().st_size > MAX_FILE_BYTES:
+            raise TestlistError([f"{path}: {path.stat().st_size >> 20} MiB; a testlist is at most "
+                                 f"{MAX_FILE_BYTES >> 20} MiB (split it)"])
         text = path.read_text(encoding="utf-8")
     except OSError as err:
         raise TestlistError([f"{path}: cannot read: {err.strerror or err}"]) from err
@@ -202,6 +209,8 @@ def resolve_testlist(name_or_path: str) -> Path:
     path = Path(name_or_path)
     if path.is_file():
         return path
+    if path.exists():
+        raise TestlistError([f"{name_or_path}: not a regular file; a testlist is a JSON file"])
     shipped = shipped_testlists()
     if name_or_path in shipped:
         return shipped[name_or_path]
