@@ -121,3 +121,15 @@ def test_hostile_backend_strings_print_as_text(spec, status, tmp_path):
     shown = _clean(runner.invoke(app, ["results", "show", "latest", "--db", str(db)]))
     if status != "ok":
         assert "[enforce fail at alloc_cpu.cpp:127]" in " ".join(shown.split())
+
+
+@pytest.mark.parametrize("arg", ["/dev/zero", "/tmp", "/no/such/file.json", "[/red]", "\x1b[31mx.json",
+                                 "inj[v2]", ""])
+def test_hostile_testlist_arguments_are_one_line(arg, tmp_path):
+    r = runner.invoke(app, ["testlist", "validate", arg])
+    out = _clean(r)
+    assert r.exit_code == 1 and len(out.strip().splitlines()) == 1, out
+    r = runner.invoke(app, ["run", "-t", arg, "--device", "cpu", "--db", str(tmp_path / "x.db")])
+    out = _clean(r)
+    assert r.exit_code == 2, out
+    assert not (tmp_path / "x.db").exists()
