@@ -88,6 +88,10 @@ def ok(case, device, x=None):
     return lambda: inputs["a"] @ inputs["b"].T
 
 
+def okany(case, device, **settings):
+    return ok(case, device)
+
+
 def refuse(case, device):
     raise Unsupported("[/m] \\x1b[31mno\\x1b[0m [enforce fail at alloc_cpu.cpp:127] <script>")
 
@@ -97,8 +101,8 @@ def fail(case, device):
 '''
 
 
-@pytest.mark.parametrize("spec,status", [("ok[x=1]", "ok"), ("ok[/x=1]", None), ("refuse", "unsupported"),
-                                         ("fail", "error")])
+@pytest.mark.parametrize("spec,status", [("ok[x=1]", "ok"), ("ok[/x=1]", None), ("okany[/x=1]", "ok"),
+                                         ("refuse", "unsupported"), ("fail", "error")])
 def test_hostile_backend_strings_print_as_text(spec, status, tmp_path):
     backend = tmp_path / "b.py"
     backend.write_text(HOSTILE_BACKEND)
