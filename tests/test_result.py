@@ -276,3 +276,34 @@ def test_the_sweeps_own_keys_are_typed_and_round_trip():
     assert row.other == {} and row.failures == ["crashed: exit -11"] and row.worker_stderr_tail == "Segmentation fault"
     assert row.memory is not None and row.memory.host_growth_bytes == 1
     assert row.to_json() == doc
+
+
+@pytest.mark.gpu
+def test_a_cuda_row_carries_busy_time_exact_rates_and_its_worker():
+    """The CUDA branch of run/case.py: busy time from the kernel timer, rates from the span, a kernel
+    profile, the worker device, and a strict-JSON round trip."""
+    from operatorx.measure import Telemetry, TimingSettings
+    from operatorx.measure.device_timer import device_timer
+    from operatorx.platform import describe_device, peaks_for
+    from operatorx.report.table import rows_table
+    from operatorx.run.case import CaseRunner
+    from operatorx.run.config import RunConfig
+
+    device = describe_device("cuda")
+    telemetry = Telemetry.for_torch_device(0)
+    timing = TimingSettings(warmup_calls=2, warmup_floor_s=0, first_warmup_floor_s=0, max_time_s=0.3)
+    runner = CaseRunner(config=RunConfig(testlist="t", device="cuda", timing=timing), device=device,
+                        timer=device_timer(timing, device.l2_bytes, telemetry.max_sm_clock_hz()),
+                        telemetry=telemetry, peaks=peaks_for(device.name), testlist="t")
+    case = Case.model_validate({"type": "gemm", "args": {"m": 16, "n": 2048, "k": 2048, "a": {"dtype": "bf16"},
+                                                         "b": {"dtype": "bf16"}, "out": "bf16"}})
+    row = runner.run(case, 0)
+    assert row.status == "ok", row.message
+    m = row.measured
+    assert m is not None and m.method == "cupti_kernels" and m.busy_us is not None
+    assert 0 < m.busy_us <= m.latency_us * 1.001 and row.gaps_us is not None and row.gaps_us >= 0
+    assert row.rates is not None and row.rates.tflops == case.flops() / m.latency_us / 1e6
+    assert row.ran is not None and row.ran.profile is not None and row.ran.profile.kernels
+    assert row.worker is not None and row.worker.name == device.name and row.extra
+    assert Row.from_json(json.loads(json.dumps(row.to_json(), allow_nan=False))) == row
+    rows_table([row], headline="busy")                  # the busy headline renders a real row
