@@ -55,20 +55,23 @@ def insert_run(conn: Connection, *, run_id: str, started_at: str, finished_at: O
 
 
 def _case_ids(conn: Connection, docs: Iterable[dict[str, Any]], cache: MutableMapping[str, int]) -> list[int]:
-    """The `cases` id of each row document's case, adding cases not stored yet."""
+    """The `cases` id of each row document's case, adding cases not stored yet. New cases go in key
+    order, so two transactions adding overlapping cases lock them in the same order (no deadlock)."""
     values = [case_values(d) for d in docs]
-    new = {v["key_sha256"]: v for v in values if v["key_sha256"] not in cache}
+    ids = {v["key_sha256"]: cache.get(v["key_sha256"]) for v in values}       # the cache may be shared by threads
+    new = sorted({v["key_sha256"]: v for v in values if ids[v["key_sha256"]] is None}.items())
     if new:
-        todo = list(new.values())
         stmt = _insert(conn, cases).on_conflict_do_nothing(index_elements=["key_sha256"])
+        todo = [v for _, v in new]
         for i in range(0, len(todo), _CHUNK):
             conn.execute(stmt, todo[i:i + _CHUNK])
-        keys = list(new)
+        keys = [k for k, _ in new]
         for i in range(0, len(keys), _CHUNK):
-            got = conn.execute(select(cases.c.key_sha256, cases.c.id)
-                               .where(cases.c.key_sha256.in_(keys[i:i + _CHUNK]))).all()
-            cache.update({k: cid for k, cid in got})
-    return [cache[v["key_sha256"]] for v in values]
+            got = {str(k): int(cid) for k, cid in conn.execute(
+                select(cases.c.key_sha256, cases.c.id).where(cases.c.key_sha256.in_(keys[i:i + _CHUNK])))}
+            ids.update(got)
+            cache.update(got)
+    return [int(ids[v["key_sha256"]] or 0) for v in values]
 
 
 _ROW_UPDATE = [c.name for c in rows.columns if c.name not in ("id", "run_id", "case_id", "backend", "side")]
@@ -88,7 +91,7 @@ def upsert_rows(conn: Connection, run_id: str, docs: list[dict[str, Any]],
     stmt = _insert(conn, rows)
     stmt = stmt.on_conflict_do_update(index_elements=["run_id", "case_id", "backend", "side"],
                                       set_={c: stmt.excluded[c] for c in _ROW_UPDATE})
-    todo = list(batch.values())
+    todo = [batch[k] for k in sorted(batch)]           # one lock order for every writer
     for i in range(0, len(todo), _CHUNK):
         conn.execute(stmt, todo[i:i + _CHUNK])
     return len(todo)
