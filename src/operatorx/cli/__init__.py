@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import typer
 
 from operatorx.cli.ab import ab_command
@@ -24,6 +26,25 @@ app.add_typer(results_app, name="results")
 app.add_typer(db_app, name="db")
 app.command("serve")(serve_command)
 app.add_typer(report_app, name="report")
+
+
+def _one_line_testlist_warnings() -> None:
+    """A TestlistWarning (an unknown case key kept as metadata) prints as `warning: ...`, one line,
+    instead of Python's `file:line: Category: message` plus a source line."""
+    from operatorx.report.safe import plain
+    from operatorx.spec import TestlistWarning
+
+    default = warnings.formatwarning
+
+    def format_warning(message, category, filename, lineno, line=None):  # type: ignore[no-untyped-def]
+        if issubclass(category, TestlistWarning):
+            return f"warning: {plain(message)}\n"
+        return default(message, category, filename, lineno, line)
+
+    warnings.formatwarning = format_warning
+
+
+_one_line_testlist_warnings()
 
 
 def main() -> None:
