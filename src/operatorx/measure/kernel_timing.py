@@ -188,6 +188,7 @@ class KernelTiming:
                    "spin_short_batches": spin_short, "unattributed_activities": unattributed,
                    "enqueue_us_per_call": enqueue_s * 1e6, "pause_s": pause_s,
                    "busy_us_median": float(np.median(busy_us)) if busy_us else None,
+                   "busy_samples_us": busy_us,        # per kept call, beside samples_us (the spans)
                    "gap_before_call_us_median": float(np.median(gaps_ns)) / 1e3 if gaps_ns else None,
                    "graph": self.graph, "host_gaps_included": gaps_included,
                    "starved_calls_kept": starved_kept, "window_start_s": wall0}
