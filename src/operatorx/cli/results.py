@@ -76,11 +76,12 @@ def list_runs(db: str = _DB,
               as_json: bool = typer.Option(False, "--json", help="Print the runs as JSON.")) -> None:
     """Runs in the database, newest first, with their rows by status."""
     try:
-        found = _open(db).list_runs()
+        store = _open(db)
+        shown = store.list_runs(limit=limit)
+        total = len(shown) if limit is None or len(shown) < limit else store.run_count()
     except StoreError as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
-    shown = found[:limit] if limit else found
     if as_json:
         typer.echo(json.dumps(shown, indent=1))
         return
@@ -92,8 +93,8 @@ def list_runs(db: str = _DB,
                                         r["device"], r["gpu"] or "-", group, r["rows"], c["ok"], c["unsupported"],
                                         c["error"], c["missing"])])
     text = _aligned(_LIST_COLUMNS, body)
-    if len(shown) < len(found):
-        text += f"({len(found) - len(shown)} older runs not shown: --limit {len(found)} shows all)\n"
+    if len(shown) < total:
+        text += f"({total - len(shown)} older runs not shown; without --limit all are)\n"
     typer.echo(text, nl=False)
 
 

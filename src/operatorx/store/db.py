@@ -280,16 +280,18 @@ class Store:
         raise RunNotFound(f"run {run!r} is ambiguous in {self.url}, it starts {len(ids) if not more else 'over 20'} "
                           f"runs: {', '.join(ids[:20])}{more}; give more of the id")
 
-    def list_runs(self) -> list[dict[str, Any]]:
-        """Every run, newest first, with its row counts by status."""
+    def list_runs(self, limit: Optional[int] = None) -> list[dict[str, Any]]:
+        """Every run (or the newest `limit`), newest first, with its row counts by status."""
         cols = [runs.c.id, runs.c.started_at, runs.c.finished_at, runs.c.state, runs.c.testlist, runs.c.backend,
                 runs.c.device, runs.c.gpu_name, runs.c.driver, runs.c.run_group, runs.c.shard, runs.c.kind]
 
         def read(conn: Connection) -> tuple[list[Any], list[Any]]:
-            found = conn.execute(select(*cols).order_by(runs.c.started_at.desc(), runs.c.id.desc())).all()
-            counts = conn.execute(select(rows.c.run_id, rows.c.status, func.count())
-                                  .group_by(rows.c.run_id, rows.c.status)).all()
-            return list(found), list(counts)
+            q = select(*cols).order_by(runs.c.started_at.desc(), runs.c.id.desc())
+            found = list(conn.execute(q if limit is None else q.limit(limit)).all())
+            cq = select(rows.c.run_id, rows.c.status, func.count()).group_by(rows.c.run_id, rows.c.status)
+            if limit is not None:                # count only the rows of the runs shown
+                cq = cq.where(rows.c.run_id.in_([r.id for r in found]))
+            return found, list(conn.execute(cq).all())
         found, counts = self._read(read)
         by_run: dict[str, dict[str, int]] = {}
         for rid, status, n in counts:
@@ -326,6 +328,9 @@ class Store:
         if run_id is not None:
             q = q.where(rows.c.run_id == run_id)
         return int(self._read(lambda conn: conn.execute(q).scalar_one()))
+
+    def run_count(self) -> int:
+        return int(self._read(lambda conn: conn.execute(select(func.count()).select_from(runs)).scalar_one()))
 
     def delete_run(self, run_id: str) -> bool:
         """Remove a run and its rows; False when there was none."""
