@@ -188,3 +188,23 @@ def test_a_run_completes_while_a_reader_holds_a_transaction_throughout(tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
     [run] = Store(str(db), create=False).list_runs()
     assert run["state"] == "finished" and run["counts"]["ok"] == 2 and run["rows"] == 2
+
+
+def test_a_write_still_locked_after_the_retries_is_a_store_error_that_says_why(tmp_path):
+    """What the sweep catches to keep the row in the document: one line, naming the lock and the knob."""
+    from operatorx.store import StoreError
+
+    db = tmp_path / "ox.db"
+    store = Store(str(db), busy_timeout_s=0.1)
+    store.begin_run("r", T0, "t", "torch", "cpu", {}, planned(2))
+    holder = _held(tmp_path, _HOLD_WRITE, db, 30.0)
+    try:
+        t = time.monotonic()
+        with pytest.raises(StoreError, match="stayed locked by another program.*OPERATORX_DB_BUSY_TIMEOUT_S") as err:
+            store.put_row("r", done(0))
+        assert time.monotonic() - t < 15 and "\n" not in str(err.value)
+    finally:
+        holder.kill()
+        holder.communicate()
+    store.put_row("r", done(0))                         # the lock gone, the same write goes through
+    assert store.unfinished("r") == [1]
