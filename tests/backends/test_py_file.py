@@ -48,7 +48,7 @@ def _run(tmp_path: Path, backend: str, **config: object):
     tl = tmp_path / "tl.json"
     tl.write_text(json.dumps([gemm(m=2, n=32, k=64)]))
     cfg = RunConfig(testlist=str(tl), backend=backend, device="cpu", db=str(tmp_path / "r.db"),
-                    results_dir=tmp_path / "out", **config)  # type: ignore[arg-type]
+                    results_dir=tmp_path / "out", executor="inline", **config)  # type: ignore[arg-type]
     return run_testlist(cfg).rows[0]
 
 

@@ -18,6 +18,9 @@ FAST = TimingSettings(warmup_calls=1, warmup_floor_s=0, first_warmup_floor_s=0, 
 
 
 def _config(tmp_path, testlist, **kw):
+    # inline: the backends these tests register exist in this process only (test_isolation.py runs
+    # the same pipeline through worker processes)
+    kw.setdefault("executor", "inline")
     return RunConfig(testlist=str(testlist), device="cpu", db=str(tmp_path / "ox.db"),
                      results_dir=tmp_path / "res", timing=FAST, **kw)
 
@@ -108,23 +111,24 @@ def test_an_op_the_backend_lacks_is_unsupported(tmp_path, write_testlist):
     assert outcome.rows[0].status == "unsupported" and "has no moe op" in outcome.rows[0].message
 
 
-def test_interrupted_run_keeps_finished_rows(tmp_path, write_testlist, monkeypatch):
-    """A crash mid-run loses at most the case in flight."""
+def test_a_case_that_escapes_the_runner_is_its_own_row(tmp_path, write_testlist, monkeypatch):
+    """Even in this process (inline), a BaseException out of one case ends that case only."""
     import operatorx.run.case as case_mod
 
     path = write_testlist([gemm(m=1, n=64, k=64), gemm(m=2, n=64, k=64), gemm(m=3, n=64, k=64)])
     real = case_mod.CaseRunner.run
 
     def run(self, case, index):
-        if index == 2:
+        if index == 1:
             raise KeyboardInterrupt
         return real(self, case, index)
 
     monkeypatch.setattr(case_mod.CaseRunner, "run", run)
-    with pytest.raises(KeyboardInterrupt):
-        run_testlist(_config(tmp_path, path))
+    outcome = run_testlist(_config(tmp_path, path))
+    assert [(r.status, r.error_kind) for r in outcome.rows] == [("ok", None), ("error", "crashed"), ("ok", None)]
+    assert "KeyboardInterrupt" in outcome.rows[1].message
     doc = Store(str(tmp_path / "ox.db")).document("latest")
-    assert doc["run"]["state"] == "interrupted" and len(doc["rows"]) == 2
+    assert doc["run"]["state"] == "finished" and len(doc["rows"]) == 3
 
 
 class _BadRelease:
@@ -165,7 +169,7 @@ def test_cuda_run_declares_how_each_number_was_taken(tmp_path, write_testlist):
     path = write_testlist([gemm(m=16, n=2048, k=2048)])
     timing = TimingSettings(warmup_calls=2, warmup_floor_s=0, first_warmup_floor_s=0, max_time_s=0.3)
     config = RunConfig(testlist=str(path), device="cuda", db=str(tmp_path / "ox.db"), results_dir=tmp_path / "res",
-                       timing=timing, trace_dir=tmp_path / "traces")
+                       timing=timing, trace_dir=tmp_path / "traces", executor="inline")
     outcome = run_testlist(config)
     row = outcome.rows[0]
     m = row.metrics

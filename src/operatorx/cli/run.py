@@ -1,47 +1,52 @@
-"""`operatorx run`: time a testlist, store every row, print a table."""
+"""`operatorx run`: time a testlist on every GPU of this host (or a Ray cluster, or one shard of a
+sweep), store every row as its case ends, print a table. `--resume` finishes a stopped run."""
 
 from __future__ import annotations
 
 import sys
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from operatorx.backends.py_file import is_user_spec, load_user_function
+from operatorx.cli.progress import make_reporter
 from operatorx.measure import HostTimeSettings, TimingSettings
 from operatorx.report import layers_table, rows_table
-from operatorx.result import Row
-from operatorx.run import RunConfig, run_testlist
-from operatorx.spec import Case, TestlistError
+from operatorx.report.safe import plain
+from operatorx.run import RunConfig
+from operatorx.run.config import parse_shard
+from operatorx.run.gpus import parse_gpus
+from operatorx.run.sweep import RunOutcome, check_run_id, resume_run, run_testlist
+from operatorx.spec import TestlistError
+from operatorx.store import RunNotFound, StoreError
 
-__all__ = ["run_command"]
+__all__ = ["run_command", "check_output_dir", "print_outcome"]
 
 _out = Console(width=None if sys.stdout.isatty() else 200)
 _err = Console(stderr=True)
 
+BACKEND_HELP = ("torch (default), vllm (pip install -e \".[vllm]\"), or your own code: py:FILE.py:FUNC or "
+                "mod:PKG.MOD:FUNC@DIR, optionally with [key=value,...] (docs/user-backends.md).")
 
-class _ProgressReporter:
-    def __init__(self) -> None:
-        self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                  TimeElapsedColumn(), console=_err, transient=True)
-        self._task = None
 
-    def start(self, run_id: str, total: int) -> None:
-        self._progress.start()
-        self._task = self._progress.add_task(f"run {run_id}", total=total)
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    _err.print(f"error: {plain(message)}", markup=False, highlight=False, soft_wrap=True)
+    return typer.Exit(code)
 
-    def case_started(self, case: Case, index: int) -> None:
-        self._progress.update(self._task, description=f"[{index}] {case.label()}")  # type: ignore[arg-type]
 
-    def case_done(self, row: Row) -> None:
-        self._progress.advance(self._task)  # type: ignore[arg-type]
-
-    def finish(self) -> None:
-        self._progress.stop()
+def check_output_dir(path: Path, option: str) -> None:
+    """A directory the run will write into must be writable before the first case runs, not after
+    the last."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".operatorx-write-check-"):
+            pass
+    except OSError as err:
+        raise ValueError(f"{option} {path}: cannot write there ({err.strerror or err})") from err
 
 
 def _run_counters(db: str, results_dir: Path) -> None:
@@ -49,7 +54,7 @@ def _run_counters(db: str, results_dir: Path) -> None:
     from operatorx.run.counters import run_with_counters
 
     run_id, code = run_with_counters(sys.argv[1:], db=db, results_dir=results_dir)
-    _out.print(f"counters added to run {run_id}; stored in {db}")
+    _out.print(f"counters added to run {plain(run_id)}; stored in {plain(db)}", markup=False)
     if code != 0:
         raise typer.Exit(code)
 
@@ -67,18 +72,58 @@ def _check_trace_dir(trace_dir: Path, device: Optional[str], counters: bool) -> 
         raise ValueError(f"--trace {trace_dir}: exists and is not a directory")
 
 
+def print_outcome(outcome: RunOutcome, title: str, db: str, host: bool = False, headline: str = "span") -> None:
+    """The table, the counts, where everything went, and how to resume a run that did not finish."""
+    rows = [r.to_json() for r in outcome.rows]
+    _out.print(rows_table(rows, title=title, headline="busy" if headline == "busy" else "span"))
+    layers = layers_table(rows) if host else None
+    if layers is not None:
+        _out.print(layers)
+    counts = ", ".join(f"{outcome.count(s)} {s}" for s in ("ok", "unsupported", "error", "missing"))
+    _out.print(f"{counts}; stored in {plain(db)}; document {plain(outcome.document_path)}", markup=False,
+               highlight=False)
+    if outcome.unstored:
+        _out.print(f"{outcome.unstored} row(s) could not be stored in the database; the document holds them",
+                   markup=False)
+    if outcome.state != "finished":
+        _out.print(f"run {outcome.run_id} {outcome.state}; resume it with: operatorx run --resume {outcome.run_id} "
+                   f"--db {plain(db)}", markup=False, highlight=False)
+
+
 def run_command(
-    testlist: str = typer.Option(..., "--testlist", "-t", help="Shipped testlist name or path."),
-    backend: str = typer.Option("torch", "--backend", "-b"),
+    testlist: Optional[str] = typer.Option(None, "--testlist", "-t", help="Shipped testlist name or path."),
+    backend: str = typer.Option("torch", "--backend", "-b", help=BACKEND_HELP),
     device: Optional[str] = typer.Option(None, "--device", help="cuda or cpu (default: cuda when there is a GPU)."),
     filter_text: Optional[str] = typer.Option(None, "--filter",
                                               help="Keep cases whose label/scheme/sources contain this."),
-    limit: Optional[int] = typer.Option(None, "--limit", min=1),
-    db: str = typer.Option("operatorx.db", "--db", help="SQLite path or SQLAlchemy URL."),
-    results_dir: Path = typer.Option(Path("operatorx-results"), "--results-dir"),
-    strict: bool = typer.Option(False, "--strict", help="Exit 1 on any error row or when no row is ok."),
-    min_samples: int = typer.Option(10, "--min-samples", min=1),
-    warmup_calls: int = typer.Option(5, "--warmup-calls", min=1),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Run the first N selected cases only."),
+    db: str = typer.Option("operatorx.db", "--db", help="SQLite path or SQLAlchemy URL (postgresql://...)."),
+    results_dir: Path = typer.Option(Path("operatorx-results"), "--results-dir",
+                                     help="Where the run's result document (RUN_ID.json) is written."),
+    strict: bool = typer.Option(False, "--strict/--no-strict",
+                                help="Exit 1 on any error row, any missing case, or when no row is ok."),
+    gpus: Optional[str] = typer.Option(None, "--gpus", help="all (default) or GPU indices such as 0,1: one worker "
+                                                            "process per GPU."),
+    workers: int = typer.Option(1, "--workers", min=1, help="CPU device: worker processes (they share the cores)."),
+    executor: str = typer.Option("local", "--executor",
+                                 help="local (worker processes on this host), ray (one actor per GPU on a Ray "
+                                      "cluster: pip install \"operatorx[ray]\") or inline (this process, no "
+                                      "isolation: for debugging)."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address",
+                                              help="Ray cluster to join (default: a local one)."),
+    shard: Optional[str] = typer.Option(None, "--shard", help="I/N: run shard I of N (a stable hash of each case)."),
+    run_group: Optional[str] = typer.Option(None, "--run-group", help="Name tying the shards of one sweep together."),
+    resume: Optional[str] = typer.Option(None, "--resume",
+                                         help="RUN_ID or latest: run the cases of that run that have no final row, "
+                                              "with its settings."),
+    case_timeout: Optional[float] = typer.Option(None, "--case-timeout", min=1,
+                                                 help="Seconds a case may run before it is stopped (default: from "
+                                                      "the timing budget, ~84 s)."),
+    grace: float = typer.Option(10.0, "--grace", min=0, help="On SIGINT/SIGTERM, seconds the cases in flight get."),
+    report: str = typer.Option("span", "--report", help="Headline time in the table: span (first kernel start to "
+                                                        "last kernel end, default) or busy (kernels running)."),
+    min_samples: int = typer.Option(10, "--min-samples", min=1, help="Timed calls per case, at least."),
+    warmup_calls: int = typer.Option(5, "--warmup-calls", min=1, help="Untimed calls before timing, at least."),
     timing_mode: str = typer.Option("kernels", "--timing",
                                     help="kernels (CUPTI kernel spans, default), events (CUDA event pairs) "
                                          "or graph (the op in a CUDA graph, kernel spans)."),
@@ -98,8 +143,23 @@ def run_command(
     host_batch_calls: int = typer.Option(200, "--host-batch-calls", min=1, help="Host timing: calls per batch."),
     host_order: str = typer.Option("alternate", "--host-order", help="Host timing: alternate or fixed."),
 ) -> None:
-    """Time every case of a testlist; each row is stored when its case ends."""
+    """Time every case of a testlist; each row is stored when its case ends.
+
+    One worker process per GPU (all visible by default) takes the next case as it frees up; a case
+    that hangs, crashes or poisons its CUDA context ends as its own error row and the run goes on.
+    """
+    if report not in ("span", "busy"):
+        raise _fail(f"--report {report}: use span or busy")
+    reporter = make_reporter(_err)
     try:
+        check_output_dir(results_dir, "--results-dir")
+        if resume is not None:
+            outcome = resume_run(resume, db, reporter, results_dir=results_dir)
+            print_outcome(outcome, f"run {outcome.run_id} (resumed)", db, headline=report)
+            _exit_strict(strict, outcome)
+            return
+        if testlist is None:
+            raise ValueError("--testlist is required (or --resume RUN_ID)")
         timing = TimingSettings(min_samples=min_samples, max_samples=max(2000, min_samples), mode=timing_mode,  # type: ignore[arg-type]
                                 l2_state=l2, noise_target=noise_target, max_time_s=max_time_s,  # type: ignore[arg-type]
                                 warmup_calls=warmup_calls, spin=not no_spin)
@@ -108,6 +168,8 @@ def run_command(
             load_user_function(backend)          # a bad py:/mod: spec fails here, before the run starts
         if trace_dir is not None and not counters_child:
             _check_trace_dir(trace_dir, device, counters)
+        if run_id is not None:
+            check_run_id(run_id)
         if counters_child:
             # ncu holds CUPTI in the child: kernel-level timing, the kernel breakdown and the L2 probe
             # need it too, so the child times with events (its rows are marked perturbed anyway)
@@ -116,25 +178,32 @@ def run_command(
                            db=db, results_dir=results_dir, timing=timing, cpu_max_gflop=cpu_max_gflop,
                            host=host, host_timing=host_timing, trace_dir=None if counters_child else trace_dir,
                            counters_child=counters_child, run_id=run_id, profile_kernels=not counters_child,
-                           check_l2=not counters_child)
+                           check_l2=not counters_child, executor=executor,  # type: ignore[arg-type]
+                           gpus=parse_gpus(gpus), workers=workers, case_timeout_s=case_timeout, grace_s=grace,
+                           shard=parse_shard(shard) if shard else None, run_group=run_group,
+                           ray_address=ray_address)
         if counters:
             _run_counters(db, results_dir)
             return
-        outcome = run_testlist(config, _ProgressReporter())
+        outcome = run_testlist(config, reporter)
     except TestlistError as err:
-        for line in err.problems:
-            _err.print(f"error {line}", highlight=False, markup=False, soft_wrap=True)
+        for line in err.problems[:20]:
+            _err.print(f"error {plain(line)}", highlight=False, markup=False, soft_wrap=True)
+        if len(err.problems) > 20:
+            _err.print(f"... and {len(err.problems) - 20} more problems (operatorx testlist validate lists them all)",
+                       markup=False)
         _err.print("nothing was run or stored")
         raise typer.Exit(2) from err
-    except (ValueError, RuntimeError) as err:
-        _err.print(f"error: {err}")
-        raise typer.Exit(2) from err
-    _out.print(rows_table([r.to_json() for r in outcome.rows], title=f"run {outcome.run_id} ({testlist}, {backend})"))
-    layers = layers_table([r.to_json() for r in outcome.rows]) if host else None
-    if layers is not None:
-        _out.print(layers)
-    ok, unsupported, errors = (outcome.count(s) for s in ("ok", "unsupported", "error"))
-    _out.print(f"{ok} ok, {unsupported} unsupported, {errors} error; stored in {db}; "
-               f"document {outcome.document_path}")
-    if strict and (errors or ok == 0):
+    except (ValueError, RuntimeError, StoreError, RunNotFound, OSError) as err:
+        raise _fail(str(err)) from err
+    print_outcome(outcome, f"run {outcome.run_id} ({testlist}, {backend})", db, host=host, headline=report)
+    _exit_strict(strict, outcome)
+
+
+def _exit_strict(strict: bool, outcome: RunOutcome) -> None:
+    if outcome.state == "interrupted":
+        raise typer.Exit(130)
+    if strict and (outcome.count("error") or outcome.count("missing") or outcome.count("ok") == 0):
         raise typer.Exit(1)
+
+

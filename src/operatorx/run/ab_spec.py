@@ -46,7 +46,7 @@ def _set_default_device(value: Any) -> None:
 def _blas_get() -> Any:
     import torch
 
-    return torch.backends.cuda.preferred_blas_library().name.lower()
+    return str(getattr(torch.backends.cuda.preferred_blas_library(), "name", "")).lower()
 
 
 def _blas_set(value: Any) -> None:

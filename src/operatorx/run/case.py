@@ -94,13 +94,18 @@ def _peak(case: Case, peaks: Optional[Peaks]) -> Optional[Peak]:
 
 
 def _error_kind(err: BaseException) -> ErrorKind:
-    """What kind of failure an exception in the case is (the sweep adds timeout, crashed, leak)."""
-    name, text = type(err).__name__, str(err)
-    if name == "OutOfMemoryError" or "out of memory" in text.lower():
-        return "oom"
-    if "CUDA error" in text or "illegal memory access" in text or "device-side assert" in text:
-        return "cuda_fault"
-    return "exception"
+    """What kind of failure an exception in the case is, by the sweep's rules (run/faults.py: only
+    sticky CUDA errors are `cuda_fault`); the sweep itself adds timeout, crashed and leak."""
+    text = f"{type(err).__name__}: {err}"
+    try:
+        from operatorx.run.faults import classify_message
+    except ImportError:  # pragma: no cover - a build without the sweep's fault rules
+        low = text.lower()
+        if "outofmemoryerror" in low or "out of memory" in low:
+            return "oom"
+        return "cuda_fault" if "illegal memory access" in low or "device-side assert" in low else "exception"
+    kind: ErrorKind = classify_message(text)
+    return kind
 
 
 @dataclass

@@ -1,15 +1,51 @@
-"""A run's configuration, frozen and checked before any device work."""
+"""A run's configuration, frozen and checked before any device work.
+
+It travels: to each worker process (as JSON over the worker's pipe) and into the store (so
+`--resume` runs the missing cases with exactly the settings of the original run).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Optional
+from typing import Any, Literal, Optional
 
 from operatorx.measure.host_time import HostTimeSettings
 from operatorx.measure.settings import TimingSettings
 
-__all__ = ["RunConfig"]
+__all__ = ["RunConfig", "Executor", "EXECUTORS", "Shard", "parse_shard"]
+
+Executor = Literal["local", "inline", "ray"]
+EXECUTORS: tuple[Executor, ...] = ("local", "inline", "ray")
+
+#: Seconds a worker may take to start (import torch, create the CUDA context, probe the L2 states).
+WORKER_START_TIMEOUT_S = 300.0
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Shard `index` of `count`: the cases whose key hashes to `index` (see run/plan.py)."""
+
+    index: int
+    count: int
+
+    def __post_init__(self) -> None:
+        if self.count < 1 or not 0 <= self.index < self.count:
+            raise ValueError(f"--shard {self.index}/{self.count}: use I/N with 0 <= I < N")
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
+
+
+def parse_shard(text: str) -> Shard:
+    """`I/N` → Shard(I, N)."""
+    index, slash, count = text.partition("/")
+    try:
+        if not slash:
+            raise ValueError
+        return Shard(int(index), int(count))
+    except ValueError as err:
+        raise ValueError(f"--shard {text!r}: use I/N with 0 <= I < N, e.g. 0/4") from err
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,8 +78,73 @@ class RunConfig:
     """Also measure host µs per call (and per layer) after device timing: `metrics["host"]`."""
     host_timing: HostTimeSettings = field(default_factory=HostTimeSettings)
 
+    # --- the sweep ---------------------------------------------------------------------------
+    executor: Executor = "local"
+    """local: one worker process per GPU (or `workers` on the CPU), isolated from each other and
+    from this process; ray: one Ray actor per GPU owning the same worker process; inline: in this
+    process, no isolation (a debugger's and a unit test's mode)."""
+    gpus: Optional[tuple[int, ...]] = None
+    """CUDA devices to use, by index among the visible ones; None = all visible."""
+    workers: int = 1
+    """Worker processes on the CPU device (each gets its share of the cores)."""
+    case_timeout_s: Optional[float] = None
+    """A case running longer than this is stopped (`timeout`); None = derived from the timing budget."""
+    grace_s: float = 10.0
+    """On SIGINT/SIGTERM, cases in flight get this long to end before they are stopped."""
+    shard: Optional[Shard] = None
+    run_group: Optional[str] = None
+    """Ties the shards (or hosts) of one logical sweep together."""
+    ray_address: Optional[str] = None
+    leak_limit_device_mib: float = 256.0
+    """Device memory a case may leave allocated after its release before its worker is replaced."""
+    leak_limit_host_mib: float = 1024.0
+    """Host memory (resident set growth) a case may leave behind before its worker is replaced."""
+
     def __post_init__(self) -> None:
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"--limit must be >= 1, got {self.limit}")
-        if self.cpu_max_gflop <= 0:
+        if not self.cpu_max_gflop > 0:
             raise ValueError("cpu_max_gflop must be > 0")
+        if self.executor not in EXECUTORS:
+            raise ValueError(f"--executor {self.executor}: use one of {', '.join(EXECUTORS)}")
+        if self.workers < 1:
+            raise ValueError(f"--workers must be >= 1, got {self.workers}")
+        if self.case_timeout_s is not None and not self.case_timeout_s > 0:
+            raise ValueError(f"--case-timeout must be > 0 seconds, got {self.case_timeout_s}")
+        if not self.grace_s >= 0:
+            raise ValueError(f"--grace must be >= 0 seconds, got {self.grace_s}")
+        if not (self.leak_limit_device_mib >= 0 and self.leak_limit_host_mib >= 0):
+            raise ValueError("leak limits must be >= 0 MiB")
+
+    def case_deadline_s(self) -> float:
+        """How long one case may take before it is stopped: the sampling budget of every capped
+        retry, the host timing, and a generous minute for prepare, check and profile."""
+        if self.case_timeout_s is not None:
+            return self.case_timeout_s
+        t = self.timing
+        sampling = (1 + t.throttle_retries) * min(t.max_time_s + 5.0, t.timeout_s)
+        return 60.0 + sampling + (60.0 if self.host else 0.0)
+
+    # --- (de)serialisation: to workers and into the store ----------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["results_dir"] = str(self.results_dir)
+        out["trace_dir"] = None if self.trace_dir is None else str(self.trace_dir)
+        out["gpus"] = None if self.gpus is None else list(self.gpus)
+        out["shard"] = None if self.shard is None else str(self.shard)
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunConfig:
+        known = {f.name for f in fields(cls)}
+        kw = {k: v for k, v in data.items() if k in known}
+        kw["timing"] = TimingSettings(**kw.get("timing", {}))
+        kw["host_timing"] = HostTimeSettings(**kw.get("host_timing", {}))
+        kw["results_dir"] = Path(kw.get("results_dir", "operatorx-results"))
+        if kw.get("trace_dir") is not None:
+            kw["trace_dir"] = Path(kw["trace_dir"])
+        if kw.get("gpus") is not None:
+            kw["gpus"] = tuple(kw["gpus"])
+        if kw.get("shard") is not None:
+            kw["shard"] = parse_shard(kw["shard"])
+        return cls(**kw)

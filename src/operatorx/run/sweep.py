@@ -1,41 +1,68 @@
-"""A run: load and check the whole testlist first, then each case in turn, each row committed.
+"""A run: plan the cases, store them as `missing`, hand them to workers, store each row as it
+ends, close the run and write its document.
 
-An invalid testlist stops here, before the database is touched: nothing runs, nothing is stored.
+    testlist ─► plan (filter, limit, shard) ─► store: run + planned rows (`missing`)
+             ─► scheduler ─► slots (a worker process per GPU / CPU share / Ray actor)
+             ─► each final row ─► store (upsert by case key, backend, side) ─► document
+
+An invalid testlist stops before the database is touched: nothing runs, nothing is stored. A
+crash, hang or kill of a worker loses only the case it held (which is retried or stored as an
+error); a kill of this process loses the cases in flight, and `--resume` runs exactly the cases
+that have no final row. `run` and `ab` share this path: an A/B is a job of pairs.
 """
 
 from __future__ import annotations
 
+import os
+import re
 import secrets
-from dataclasses import dataclass, field
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Optional, Protocol
+from typing import Any, Optional, Protocol
 
 from operatorx.backends import backend_names
 from operatorx.backends.py_file import is_user_spec
-from operatorx.measure import HostClockTiming, Telemetry
-from operatorx.platform import describe_device, peaks_for, resolve_device
 from operatorx.result import Row
-from operatorx.run.case import CaseRunner, Timer
 from operatorx.run.config import RunConfig
-from operatorx.run.metadata import run_info
+from operatorx.run.job import ABJob, JobSpec
+from operatorx.run.plan import select_cases
+from operatorx.run.scheduler import Scheduler, SlotLike, Task, make_stop_handler
+from operatorx.run.worker_process import CaseOutcome
 from operatorx.spec import Case, load_testlist, resolve_testlist
-from operatorx.store import Store, write_json_atomic
+from operatorx.store import Store, StoreError, write_json_atomic
 
-__all__ = ["Reporter", "RunOutcome", "new_run_id", "now_utc", "select_cases", "run_testlist"]
+__all__ = ["Reporter", "RunOutcome", "EmptySelection", "new_run_id", "now_utc", "check_run_id", "select_cases",
+           "run_testlist", "run_ab_pairs", "resume_run"]
+
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+class EmptySelection(ValueError):
+    """The filter, limit and shard leave no case: nothing to run, and saying so beats an empty run."""
 
 
 class Reporter(Protocol):
-    def start(self, run_id: str, total: int) -> None: ...
-    def case_started(self, case: Case, index: int) -> None: ...
-    def case_done(self, row: Row) -> None: ...
+    """What the CLI shows while a run goes on. Called from the run's own thread only."""
+
+    def start(self, run_id: str, total: int, slots: list[str]) -> None: ...
+    def worker_ready(self, slot: str, info: dict[str, Any]) -> None: ...
+    def case_started(self, slot: str, index: int, case: Case) -> None: ...
+    def case_done(self, slot: str, row: Row) -> None: ...
+    def note(self, text: str) -> None: ...
     def finish(self) -> None: ...
 
 
 class _Silent:
-    def start(self, run_id: str, total: int) -> None: ...
-    def case_started(self, case: Case, index: int) -> None: ...
-    def case_done(self, row: Row) -> None: ...
+    def start(self, run_id: str, total: int, slots: list[str]) -> None: ...
+    def worker_ready(self, slot: str, info: dict[str, Any]) -> None: ...
+    def case_started(self, slot: str, index: int, case: Case) -> None: ...
+    def case_done(self, slot: str, row: Row) -> None: ...
+    def note(self, text: str) -> None: ...
     def finish(self) -> None: ...
 
 
@@ -43,7 +70,12 @@ class _Silent:
 class RunOutcome:
     run_id: str
     document_path: Path
+    state: str = "finished"
+    """finished, interrupted (a signal; `--resume` finishes it) or failed (no worker could run)."""
     rows: list[Row] = field(default_factory=list)
+    """Every row of the run, in case order (`missing` for the cases that did not finish)."""
+    unstored: int = 0
+    """Rows the database refused after its retries; the document holds them."""
 
     def count(self, status: str) -> int:
         return sum(r.status == status for r in self.rows)
@@ -59,65 +91,238 @@ def new_run_id() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
 
 
-def select_cases(cases: list[Case], text: Optional[str], limit: Optional[int]) -> list[tuple[int, Case]]:
-    """(index in the testlist, case) for cases whose label, scheme or sources contain `text`."""
-    chosen = [(i, c) for i, c in enumerate(cases)
-              if text is None or any(text in s for s in (c.label(), c.scheme(), *c.sources))]
-    return chosen[:limit] if limit is not None else chosen
+def check_run_id(run_id: str) -> str:
+    """A run id names a file in the results directory: letters, digits, `.`, `_`, `-` only."""
+    if not _RUN_ID.fullmatch(run_id):
+        raise ValueError(f"run id {run_id!r}: use 1-64 letters, digits, '.', '_' or '-' (not starting with "
+                         "'.' or '-')")
+    return run_id
 
 
-def _timer(config: RunConfig, device_kind: str, l2_bytes: Optional[int], telemetry: Telemetry) -> Timer:
-    if device_kind == "cpu":
-        return HostClockTiming(config.timing)
-    from operatorx.measure.device_timer import device_timer
+def _device_kind(requested: Optional[str]) -> str:
+    """cuda or cpu, decided without a CUDA context in this process."""
+    from operatorx.run.gpus import visible_gpus
 
-    return device_timer(config.timing, l2_bytes, telemetry.max_sm_clock_hz())
+    if requested not in (None, "auto", "cuda", "cpu"):
+        raise ValueError(f"--device {requested}: use cuda or cpu")
+    if requested == "cpu":
+        return "cpu"
+    has_gpu = bool(visible_gpus())
+    if requested == "cuda" and not has_gpu:
+        raise RuntimeError("--device cuda: no GPU is visible (NVML finds none, or CUDA_VISIBLE_DEVICES hides them)")
+    return "cuda" if has_gpu else "cpu"
 
 
-def run_testlist(config: RunConfig, reporter: Optional[Reporter] = None) -> RunOutcome:
-    reporter = reporter or _Silent()
-    path = resolve_testlist(config.testlist)
-    cases = load_testlist(path)                       # raises TestlistError: nothing stored
-    chosen = select_cases(cases, config.filter, config.limit)
-    testlist_name = config.testlist
+def _check_backend(config: RunConfig) -> None:
     if not is_user_spec(config.backend) and config.backend not in backend_names():
         raise ValueError(f"--backend {config.backend}: no such backend (known: {', '.join(backend_names())}; "
                          "or py:FILE.py:FUNC, mod:PKG.MOD:FUNC@DIR)")
+    if config.backend == "vllm":
+        import importlib.util
 
-    device_kind = resolve_device(config.device)
-    device = describe_device(device_kind)
-    telemetry = Telemetry.for_torch_device(0) if device_kind == "cuda" else Telemetry(None)
-    timer = _timer(config, device_kind, device.l2_bytes, telemetry)
-    run_id = config.run_id or new_run_id()
-    l2_check = None
-    if device_kind == "cuda" and config.check_l2:
-        from operatorx.measure.l2_check import check_l2_states
+        if importlib.util.find_spec("vllm") is None:
+            raise ValueError('--backend vllm: vLLM is not installed here; install it with pip install -e ".[vllm]" '
+                             '(or pip install "operatorx[vllm]")')
 
-        l2_check = check_l2_states(device.l2_bytes, config.timing.l2_state, telemetry.max_sm_clock_hz())
-    runner = CaseRunner(config=config, device=device, timer=timer, telemetry=telemetry, l2_check=l2_check,
-                        run_id=run_id, peaks=peaks_for(device.name) if device_kind == "cuda" else None,
-                        testlist=testlist_name)
 
-    store = Store(config.db)
-    info = run_info(device)
-    info.update({"testlist_path": str(path), "cases_in_testlist": len(cases), "cases_selected": len(chosen),
-                 "filter": config.filter, "limit": config.limit, "timing": config.timing.to_json(),
-                 "l2_check": l2_check,
-                 "device_kind": device_kind})
-    store.begin_run(run_id, now_utc(), testlist_name, config.backend, device_kind, info)
-    outcome = RunOutcome(run_id=run_id, document_path=config.results_dir / f"{run_id}.json")
-    reporter.start(run_id, len(chosen))
-    state = "interrupted"
+def _slots(spec: JobSpec) -> list[SlotLike]:
+    """One slot per GPU (CUDA), per `--workers` (CPU), or one in this process (`inline`)."""
+    from operatorx.run.gpus import visible_gpus, worker_env
+    from operatorx.run.worker_process import Slot
+
+    config = spec.config
+    if config.executor == "inline":
+        from operatorx.run.inline_slot import InlineSlot
+
+        return [InlineSlot(spec)]
+    if config.device == "cuda":
+        visible = visible_gpus()
+        chosen = list(config.gpus) if config.gpus is not None else list(range(len(visible)))
+        bad = [g for g in chosen if g >= len(visible)]
+        if bad:
+            raise ValueError(f"--gpus {','.join(map(str, bad))}: only {len(visible)} GPU(s) are visible")
+        entries: list[Optional[str]] = [visible[g] for g in chosen]
+        share = None
+    else:
+        entries = [None] * config.workers
+        share = max(1, (os.cpu_count() or 1) // config.workers)
+    if config.executor == "ray":
+        from operatorx.run.ray_slot import ray_slots
+
+        return list(ray_slots(spec, len(entries), config.ray_address, share))
+    return [Slot(spec=spec, env=worker_env(e, share), name=f"gpu{e}" if e is not None else f"cpu{i}",
+                 cpu_share=share) for i, e in enumerate(entries)]
+
+
+def _failure_row(spec: JobSpec, task: Task, outcome: CaseOutcome) -> Row:
+    """The row of a case whose worker gave no row: it hung, died, or was stopped."""
+    kind = outcome.failure or "crashed"
+    first, _, tail = outcome.detail.partition("\n")
+    tried = f" (tried {task.kills} times)" if task.kills > 1 else ""
+    message = f"{kind}: the worker {first}{tried}" if kind == "crashed" else f"{kind}: {first}{tried}"
+    metrics: dict[str, Any] = {"scheme": task.case.scheme(), "worker_stderr_tail": tail or None,
+                               "failures": task.failures}
+    return Row.model_validate({"case": task.case, "backend": spec.backend_label, "status": "error",
+                               "testlist": spec.testlist, "case_index": task.index, "message": message,
+                               "error_kind": kind, "metrics": metrics})
+
+
+class _Sink:
+    """Final rows to the store (and the reporter), worker info to the run record."""
+
+    def __init__(self, spec: JobSpec, store: Store, reporter: Reporter) -> None:
+        self.spec, self.store, self.reporter = spec, store, reporter
+        self.unstored: dict[tuple[str, str, str], Row] = {}
+        self._workers: dict[str, Any] = {}
+
+    def worker_ready(self, slot: str, info: dict[str, Any]) -> None:
+        first = not self._workers
+        self._workers[slot] = {"device": info.get("device"), "l2_check": info.get("l2_check")}
+        patch: dict[str, Any] = {"workers": dict(self._workers)}
+        if first:                                  # the run's provenance: where its first worker ran
+            patch.update({k: v for k, v in info.items() if k != "l2_check"})
+            patch["l2_check"] = info.get("l2_check")
+        self.store.update_run_info(self.spec.run_id, patch)
+        self.reporter.worker_ready(slot, info)
+
+    def case_started(self, slot: str, task: Task) -> None:
+        self.reporter.case_started(slot, task.index, task.case)
+
+    def case_finished(self, slot: str, task: Task, outcome: CaseOutcome) -> None:
+        row = Row.from_json(outcome.row) if outcome.row is not None else _failure_row(self.spec, task, outcome)
+        try:
+            self.store.put_row(self.spec.run_id, row)
+        except StoreError as err:
+            self.unstored[row.key()] = row
+            self.reporter.note(f"row of case {row.case_index} not stored ({err}); it stays in the document")
+        self.reporter.case_done(slot, row)
+
+    def slot_failed(self, slot: str, message: str) -> None:
+        self.reporter.note(f"{slot}: no worker could start; its cases go to the others. {message}")
+
+
+@contextmanager
+def _signals_stop(scheduler: Scheduler, reporter: Reporter) -> Iterator[None]:
+    """SIGINT and SIGTERM stop the run gracefully while it lasts (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def said(signum: int) -> None:
+        reporter.note(f"{signal.Signals(signum).name}: no new cases; waiting up to {scheduler.grace_s:g} s "
+                      "for the cases in flight")
+
+    handler = make_stop_handler(scheduler, said)
+    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        for index, case in chosen:
-            reporter.case_started(case, index)
-            row = runner.run(case, index)
-            store.add_row(run_id, row)
-            outcome.rows.append(row)
-            reporter.case_done(row)
-        state = "finished"
+        yield
     finally:
-        store.finish_run(run_id, now_utc(), state)
-        write_json_atomic(store.document(run_id), outcome.document_path)
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def _execute(spec: JobSpec, store: Store, tasks: list[Task], reporter: Reporter) -> RunOutcome:
+    config = spec.config
+    if not tasks:                                  # a resumed run that is complete: no worker to start
+        store.finish_run(spec.run_id, now_utc(), "finished")
+        return _close(spec, store, "finished", {})
+    slots = _slots(spec)
+    sink = _Sink(spec, store, reporter)
+    scheduler = Scheduler(slots, tasks, config.case_deadline_s(), config.grace_s, sink)
+    reporter.start(spec.run_id, len(tasks), [s.name for s in slots])
+    try:
+        with _signals_stop(scheduler, reporter):
+            scheduler.run()
+    finally:
+        state = "interrupted" if scheduler.interrupted else ("failed" if scheduler.unrun else "finished")
+        store.finish_run(spec.run_id, now_utc(), state)
+        outcome = _close(spec, store, state, sink.unstored)
         reporter.finish()
     return outcome
+
+
+def _close(spec: JobSpec, store: Store, state: str, unstored: dict[tuple[str, str, str], Row]) -> RunOutcome:
+    """Write the run's document (the stored rows, with any the store refused) and read the rows back."""
+    doc = store.document(spec.run_id)
+    rows = [Row.from_json(r) for r in doc["rows"]]
+    if unstored:
+        rows = [unstored.get(r.key(), r) for r in rows]
+        doc["rows"] = [r.to_json() for r in rows]
+        doc["run"]["unstored_rows"] = len(unstored)
+    path = spec.config.results_dir / f"{spec.run_id}.json"
+    write_json_atomic(doc, path)
+    return RunOutcome(run_id=spec.run_id, document_path=path, state=state, rows=rows, unstored=len(unstored))
+
+
+def _plan(config: RunConfig) -> tuple[RunConfig, dict[str, Any], list[tuple[int, Case]]]:
+    """The config as it will run (device decided), what the run records of its testlist, the chosen cases."""
+    path = resolve_testlist(config.testlist)
+    cases = load_testlist(path)                       # raises TestlistError: nothing stored
+    chosen = select_cases(cases, config.filter, config.limit, config.shard)
+    if not chosen:
+        what = [f"--filter {config.filter!r}" if config.filter else "",
+                f"--shard {config.shard}" if config.shard else ""]
+        why = " and ".join(w for w in what if w) or "the testlist is empty"
+        raise EmptySelection(f"{path}: no case to run ({why} selects none of its {len(cases)} cases)")
+    executor = "inline" if config.counters_child else config.executor   # ncu follows one process
+    config = replace(config, device=_device_kind(config.device), executor=executor)
+    return config, {"testlist_path": str(path), "cases_in_testlist": len(cases)}, chosen
+
+
+def _begin(spec: JobSpec, store: Store, chosen: list[tuple[int, Case]], info: dict[str, Any]) -> list[Task]:
+    config = spec.config
+    planned = [Row.missing(case, spec.backend_label, spec.testlist, index) for index, case in chosen]
+    store.begin_run(spec.run_id, now_utc(), spec.testlist, spec.backend_label, config.device or "cpu",
+                    {**info, "job": spec.to_json(), "cases_selected": len(chosen),
+                     "filter": config.filter, "limit": config.limit, "timing": config.timing.to_json(),
+                     "device_kind": config.device, "executor": config.executor},
+                    planned, run_group=config.run_group, shard=None if config.shard is None else str(config.shard))
+    return [Task(index, case) for index, case in chosen]
+
+
+def run_testlist(config: RunConfig, reporter: Optional[Reporter] = None) -> RunOutcome:
+    """A new run of `config.testlist`."""
+    reporter = reporter or _Silent()
+    _check_backend(config)
+    config, source, chosen = _plan(config)
+    run_id = check_run_id(config.run_id or new_run_id())
+    spec = JobSpec(config=replace(config, run_id=run_id), run_id=run_id, testlist=config.testlist)
+    store = Store(config.db)
+    tasks = _begin(spec, store, chosen, source)
+    return _execute(spec, store, tasks, reporter)
+
+
+def run_ab_pairs(config: RunConfig, a: str, b: str, settings: dict[str, Any],
+                 reporter: Optional[Reporter] = None) -> RunOutcome:
+    """An A/B over `config.testlist`: every case through both sides in one worker, stored as a run
+    (`kind: ab`) whose rows hold the case's A/B result."""
+    reporter = reporter or _Silent()
+    config, source, chosen = _plan(config)
+    run_id = check_run_id(config.run_id or new_run_id())
+    spec = JobSpec(config=replace(config, run_id=run_id), run_id=run_id, testlist=config.testlist,
+                   ab=ABJob(a=a, b=b, settings=settings))
+    store = Store(config.db)
+    tasks = _begin(spec, store, chosen, {**source, "kind": "ab", "a": a, "b": b, "ab_settings": settings})
+    return _execute(spec, store, tasks, reporter)
+
+
+def resume_run(run: str, db: str, reporter: Optional[Reporter] = None,
+               results_dir: Optional[Path] = None) -> RunOutcome:
+    """Run exactly the cases of `run` that have no final row, with the run's own settings."""
+    reporter = reporter or _Silent()
+    store = Store(db, create=False)
+    run_id = store.resolve_run(run)
+    info = store.run_info(run_id)
+    if "job" not in info:
+        raise ValueError(f"run {run_id} was stored by an older OperatorX without its plan: it cannot be resumed")
+    spec = JobSpec.from_json(info["job"])
+    config = replace(spec.config, db=db, results_dir=results_dir or spec.config.results_dir,
+                     device=_device_kind(spec.config.device))
+    spec = replace(spec, config=config)
+    unfinished = set(store.unfinished(run_id))
+    tasks = [Task(r.case_index, r.case) for r in store.rows(run_id) if r.case_index in unfinished]
+    store.reopen_run(run_id)
+    if not tasks:
+        reporter.note(f"run {run_id}: every case already has its row")
+    return _execute(spec, store, tasks, reporter)
+

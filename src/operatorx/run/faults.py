@@ -1,0 +1,51 @@
+"""What went wrong with a case, in one word (`error_kind`), and what the sweep does about it.
+
+    exception   the backend raised; the worker goes on
+    check       the result was wrong; the worker goes on
+    oom         out of memory: tried once more in a fresh worker, then an error
+    cuda_fault  the CUDA context is poisoned (illegal address, launch failure, device assert):
+                every later call in that process would fail, so the worker is replaced
+    timeout     the case passed its deadline: the worker's process group is killed
+    crashed     the worker died (exit, signal, segfault) while running the case
+    leak        the case did not give its memory back; the worker is replaced
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal, Optional
+
+__all__ = ["ErrorKind", "classify_message", "poisons_worker", "RETRIED_KINDS", "KILLS_ALLOWED"]
+
+ErrorKind = Literal["exception", "check", "oom", "cuda_fault", "timeout", "crashed", "leak"]
+
+#: A case whose worker died of one of these is tried once more in a fresh worker: an OOM may be
+#: memory that earlier cases left behind, a crash may be a flake. A second failure is final.
+RETRIED_KINDS: frozenset[str] = frozenset({"oom", "crashed", "cuda_fault"})
+#: A case that has killed this many workers is not tried again.
+KILLS_ALLOWED = 2
+
+# CUDA errors after which the context is unusable ("sticky" errors), as torch and the driver word them.
+_CUDA_FAULT = re.compile(
+    r"illegal memory access|illegal address|unspecified launch failure|device-side assert|misaligned address|"
+    r"illegal instruction|CUDA error: an? (?:illegal|unspecified)|cudaErrorLaunchFailure|"
+    r"CUDA_ERROR_ILLEGAL_ADDRESS|hardware stack error|uncorrectable ECC", re.IGNORECASE)
+_OOM = re.compile(r"out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation",
+                  re.IGNORECASE)
+
+
+def classify_message(message: Optional[str], wrong_result: bool = False) -> ErrorKind:
+    """The kind of an `error` row the worker itself produced, from its message."""
+    text = message or ""
+    if wrong_result:
+        return "check"
+    if _CUDA_FAULT.search(text):
+        return "cuda_fault"
+    if _OOM.search(text):
+        return "oom"
+    return "exception"
+
+
+def poisons_worker(kind: Optional[str]) -> bool:
+    """After these the worker process must not run another case."""
+    return kind in ("cuda_fault", "oom", "leak")

@@ -1,0 +1,51 @@
+"""`--executor inline`: the job runs in this process, with no isolation.
+
+For a debugger, a profiler attached to one process, and unit tests whose backends exist only in
+the test process. A hang hangs the run and a crash ends it; the sweep's other executors exist
+for exactly that reason.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from operatorx.run.job import Job, JobSpec, build_job
+from operatorx.run.memory_watch import MemoryDelta, read_memory
+from operatorx.run.worker import finish_row
+from operatorx.run.worker_process import CaseOutcome
+from operatorx.spec import Case
+
+__all__ = ["InlineSlot"]
+
+
+@dataclass
+class InlineSlot:
+    spec: JobSpec
+    name: str = "inline"
+    _job: Optional[Job] = field(default=None, init=False)
+    worker: Optional[Job] = field(default=None, init=False)
+
+    def ensure_worker(self) -> dict[str, Any]:
+        if self._job is None:
+            self._job = build_job(self.spec)
+            self.worker = self._job
+        return self._job.info
+
+    def run(self, index: int, case: Case, deadline_s: float, stop: threading.Event) -> CaseOutcome:
+        job = self._job
+        assert job is not None
+        config, t0 = self.spec.config, time.monotonic()
+        before = read_memory(config.device or "cpu")
+        row = job.run(case, index)
+        delta = MemoryDelta(before, read_memory(config.device or "cpu"))
+        row, _ = finish_row(row, delta, config.leak_limit_device_mib, config.leak_limit_host_mib)
+        return CaseOutcome(index=index, row=row.to_json(), seconds=time.monotonic() - t0)
+
+    def kill(self) -> None:
+        """Nothing to kill: the case runs in this process."""
+
+    def close(self) -> None:
+        self._job = self.worker = None

@@ -1,0 +1,125 @@
+"""What a worker does with a case: time it (`run`) or compare two sides on it (`ab`).
+
+A job is built once per worker process from a `JobSpec` (plain data that crosses process
+boundaries as JSON), then asked for one row per case. The same job runs in a spawned worker
+(`local`), inside a Ray actor's worker (`ray`) and in the calling process (`inline`).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Optional, Protocol
+
+from operatorx.result import Row
+from operatorx.run.config import RunConfig
+from operatorx.spec import Case
+
+__all__ = ["JobSpec", "ABJob", "Job", "build_job"]
+
+
+@dataclass(frozen=True)
+class ABJob:
+    """The two sides of an A/B (parsed in each worker) and its settings as JSON."""
+
+    a: str
+    b: str
+    settings: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    config: RunConfig
+    run_id: str
+    testlist: str
+    """The testlist's name as the user gave it (stored on every row)."""
+    ab: Optional[ABJob] = None
+
+    @property
+    def backend_label(self) -> str:
+        """The `backend` of every row: the backend spec, or `ab: A | B`."""
+        return self.config.backend if self.ab is None else f"ab: {self.ab.a} | {self.ab.b}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"config": self.config.to_json(), "run_id": self.run_id, "testlist": self.testlist,
+                "ab": None if self.ab is None else {"a": self.ab.a, "b": self.ab.b, "settings": self.ab.settings}}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> JobSpec:
+        ab = data.get("ab")
+        return cls(config=RunConfig.from_json(data["config"]), run_id=data["run_id"], testlist=data["testlist"],
+                   ab=None if ab is None else ABJob(a=ab["a"], b=ab["b"], settings=ab["settings"]))
+
+
+class Job(Protocol):
+    info: dict[str, Any]
+    """Where this job runs: device, software, the L2 probe (stored with the run)."""
+
+    def run(self, case: Case, index: int) -> Row: ...
+
+
+class _RunJob:
+    def __init__(self, spec: JobSpec, device_kind: str) -> None:
+        from operatorx.measure import HostClockTiming, Telemetry
+        from operatorx.platform import describe_device, peaks_for
+        from operatorx.run.case import CaseRunner
+        from operatorx.run.metadata import run_info
+
+        config = spec.config
+        device = describe_device(device_kind)
+        telemetry = Telemetry.for_torch_device(0) if device_kind == "cuda" else Telemetry(None)
+        l2_check = None
+        if device_kind == "cuda":
+            from operatorx.measure.device_timer import device_timer
+
+            timer: Any = device_timer(config.timing, device.l2_bytes, telemetry.max_sm_clock_hz())
+            if config.check_l2:
+                from operatorx.measure.l2_check import check_l2_states
+
+                l2_check = check_l2_states(device.l2_bytes, config.timing.l2_state, telemetry.max_sm_clock_hz())
+        else:
+            timer = HostClockTiming(config.timing)
+        self.runner = CaseRunner(config=config, device=device, timer=timer, telemetry=telemetry, l2_check=l2_check,
+                                 run_id=spec.run_id, peaks=peaks_for(device.name) if device_kind == "cuda" else None,
+                                 testlist=spec.testlist)
+        self.info = {**run_info(device), "l2_check": l2_check, "device_kind": device_kind}
+
+    def run(self, case: Case, index: int) -> Row:
+        return self.runner.run(case, index)
+
+
+class _ABJob:
+    def __init__(self, spec: JobSpec, device_kind: str) -> None:
+        from operatorx.measure import HostTimeSettings, TimingSettings
+        from operatorx.platform import describe_device
+        from operatorx.run.ab import ABSettings
+        from operatorx.run.ab_spec import parse_side
+        from operatorx.run.metadata import run_info
+
+        assert spec.ab is not None
+        raw = dict(spec.ab.settings)
+        self.settings = ABSettings(host=HostTimeSettings(**raw.pop("host", {})),
+                                   timing=TimingSettings(**raw.pop("timing", {})), **raw)
+        self.a, self.b = parse_side(spec.ab.a), parse_side(spec.ab.b)
+        self.spec, self.device_kind = spec, device_kind
+        self.info = {**run_info(describe_device(device_kind)), "device_kind": device_kind}
+
+    def run(self, case: Case, index: int) -> Row:
+        from operatorx.run.ab import run_ab_case
+
+        result = run_ab_case(case, self.a, self.b, self.device_kind, self.settings).to_json()
+        return Row.model_validate({"case": case, "backend": self.spec.backend_label, "status": result["status"],
+                                   "testlist": self.spec.testlist, "case_index": index,
+                                   "message": result.get("message"), "metrics": {"ab": result}})
+
+
+def build_job(spec: JobSpec, cpu_share: Optional[int] = None) -> Job:
+    """The job for this process. `cpu_share`: torch threads for a CPU worker, so N workers on one
+    host split its cores instead of each taking them all."""
+    device_kind = spec.config.device or "cpu"
+    if device_kind == "cpu" and cpu_share:
+        import torch
+
+        torch.set_num_threads(max(1, cpu_share))
+        os.environ["OMP_NUM_THREADS"] = str(max(1, cpu_share))
+    return _ABJob(spec, device_kind) if spec.ab is not None else _RunJob(spec, device_kind)

@@ -1,0 +1,93 @@
+"""Did a case give its memory back? Device bytes held by torch's allocator and the process's
+resident set, read the same way before a case and after its release.
+
+Why both: a prepared layer that keeps a reference (a global cache, a closure) leaves device memory
+behind and the next large case fails with an OOM that is not its own; on the CPU device the same
+leak grows the resident set until cases flip between ok and "not enough memory".
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import os
+from dataclasses import asdict, dataclass
+from typing import Any, Optional
+
+__all__ = ["MemoryReading", "read_memory", "MemoryDelta"]
+
+_MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class MemoryReading:
+    host_rss_bytes: int
+    device_allocated_bytes: Optional[int] = None
+    """torch's allocator (memory_allocated) after empty_cache: what tensors still hold."""
+
+
+@dataclass(frozen=True)
+class MemoryDelta:
+    before: MemoryReading
+    after: MemoryReading
+
+    @property
+    def host_growth_bytes(self) -> int:
+        return self.after.host_rss_bytes - self.before.host_rss_bytes
+
+    @property
+    def device_growth_bytes(self) -> int:
+        if self.before.device_allocated_bytes is None or self.after.device_allocated_bytes is None:
+            return 0
+        return self.after.device_allocated_bytes - self.before.device_allocated_bytes
+
+    def leak(self, device_limit_mib: float, host_limit_mib: float) -> Optional[str]:
+        """A sentence naming what was not given back, or None when both are within their limits."""
+        parts = []
+        if self.device_growth_bytes > device_limit_mib * _MIB:
+            parts.append(f"{self.device_growth_bytes / _MIB:.0f} MiB of device memory")
+        if self.host_growth_bytes > host_limit_mib * _MIB:
+            parts.append(f"{self.host_growth_bytes / _MIB:.0f} MiB of host memory")
+        if not parts:
+            return None
+        return (f"memory leak: the case left {' and '.join(parts)} allocated after its release "
+                f"(limits {device_limit_mib:g}/{host_limit_mib:g} MiB); its worker was replaced")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"before": asdict(self.before), "after": asdict(self.after),
+                "host_growth_bytes": self.host_growth_bytes, "device_growth_bytes": self.device_growth_bytes}
+
+
+def _rss_bytes() -> int:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        import resource
+
+        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def _trim_heap() -> None:
+    """Give freed heap pages back to the OS (glibc keeps them otherwise, and the resident set would
+    count memory the case did free)."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def read_memory(device_kind: str) -> MemoryReading:
+    gc.collect()
+    device = None
+    if device_kind == "cuda":
+        import torch
+
+        try:
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+            device = int(torch.cuda.memory_allocated())
+        except RuntimeError:          # a poisoned context: the case's row already says so
+            device = None
+    _trim_heap()
+    return MemoryReading(host_rss_bytes=_rss_bytes(), device_allocated_bytes=device)

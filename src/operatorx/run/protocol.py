@@ -1,0 +1,43 @@
+"""Messages between the sweep's parent and a worker process: one JSON object per line.
+
+parent → worker (the worker's stdin):   init {job}, case {index, case, attempt}, stop
+worker → parent (a private pipe):       ready {info}, started {index}, row {index, row, replace}, failed {message}
+
+The worker's own stdout is pointed at its stderr log before any user code runs, so nothing an op
+prints can corrupt this channel.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import IO, Any, Optional
+
+__all__ = ["WorkerMessage", "send", "parse"]
+
+
+@dataclass(frozen=True)
+class WorkerMessage:
+    kind: str
+    """init, case, stop (to the worker); ready, started, row, failed (from it)."""
+    body: dict[str, Any]
+
+    def to_line(self) -> str:
+        return json.dumps({"kind": self.kind, **self.body}, allow_nan=False, default=str) + "\n"
+
+
+def send(stream: IO[str], kind: str, **body: Any) -> None:
+    stream.write(WorkerMessage(kind, body).to_line())
+    stream.flush()
+
+
+def parse(line: str) -> Optional[WorkerMessage]:
+    """A message, or None for a line that is not one (never raises)."""
+    try:
+        data = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("kind"), str):
+        return None
+    kind = data.pop("kind")
+    return WorkerMessage(kind, data)

@@ -1,0 +1,197 @@
+"""Hand the cases of a run to slots (one per GPU, CPU share or Ray actor), as each slot frees up.
+
+Never a fixed split: a slot takes the next case when it is done with its last, so a slow GPU or
+a long case does not hold the others back. The scheduler decides what a failure means for the
+case (retry it in a fresh worker, or give it its final `error` row) and hands every final row to
+`on_row` in the calling thread, which owns the store.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Optional, Protocol
+
+from operatorx.run.faults import KILLS_ALLOWED, RETRIED_KINDS
+from operatorx.run.worker_process import CaseOutcome
+from operatorx.spec import Case
+
+__all__ = ["Task", "SlotLike", "Scheduler", "SchedulerEvents"]
+
+
+@dataclass
+class Task:
+    index: int
+    case: Case
+    kills: int = 0
+    """Workers this case has killed (timeouts, crashes, poisoned contexts, OOMs)."""
+    failures: list[str] = field(default_factory=list)
+
+
+class SlotLike(Protocol):
+    name: str
+
+    def ensure_worker(self) -> dict[str, Any]: ...
+    def run(self, index: int, case: Case, deadline_s: float, stop: threading.Event) -> CaseOutcome: ...
+    def kill(self) -> None: ...
+    def close(self) -> None: ...
+
+
+class SchedulerEvents(Protocol):
+    def worker_ready(self, slot: str, info: dict[str, Any]) -> None: ...
+    def case_started(self, slot: str, task: Task) -> None: ...
+    def case_finished(self, slot: str, task: Task, outcome: CaseOutcome) -> None: ...
+    def slot_failed(self, slot: str, message: str) -> None: ...
+
+
+@dataclass
+class _Event:
+    kind: str                      # ready, started, finished, slot_failed, slot_done
+    slot: str
+    task: Optional[Task] = None
+    outcome: Optional[CaseOutcome] = None
+    info: Optional[dict[str, Any]] = None
+    message: str = ""
+
+
+class Scheduler:
+    """Runs `tasks` on `slots`; `events` sees everything in the calling thread."""
+
+    def __init__(self, slots: Sequence[SlotLike], tasks: list[Task], deadline_s: float, grace_s: float,
+                 events: SchedulerEvents, retried_kinds: frozenset[str] = RETRIED_KINDS) -> None:
+        self.slots, self.deadline_s, self.grace_s, self.events = list(slots), deadline_s, grace_s, events
+        self.retried_kinds = retried_kinds
+        self._pending: deque[Task] = deque(tasks)
+        self._lock = threading.Condition()
+        self._in_flight = 0
+        self._done = not tasks
+        self.stop = threading.Event()
+        """Set to hand out no new case (SIGINT/SIGTERM); cases in flight get `grace_s`."""
+        self._events: queue.Queue[_Event] = queue.Queue()
+        self.stopped_at: Optional[float] = None
+        self.interrupted = False
+
+    # --- slot threads -------------------------------------------------------------------------
+    def _take(self) -> Optional[Task]:
+        with self._lock:
+            while not self._pending and not self._done and not self.stop.is_set():
+                self._lock.wait(0.2)
+            if self._done or self.stop.is_set() or not self._pending:
+                return None
+            self._in_flight += 1
+            return self._pending.popleft()
+
+    def _slot_loop(self, slot: SlotLike) -> None:
+        try:
+            self._serve_slot(slot)
+        finally:
+            self._events.put(_Event("slot_done", slot.name))
+
+    def _serve_slot(self, slot: SlotLike) -> None:
+        start_failures = 0
+        while True:
+            task = self._take()
+            if task is None:
+                break
+            try:
+                fresh = getattr(slot, "worker", True) is None
+                info = slot.ensure_worker()
+                if fresh:
+                    self._events.put(_Event("ready", slot.name, info=info))
+                start_failures = 0
+            except Exception as err:  # noqa: BLE001 - a slot that cannot start a worker gives its case back
+                start_failures += 1
+                with self._lock:
+                    self._in_flight -= 1
+                    self._pending.appendleft(task)
+                    self._lock.notify_all()
+                if start_failures >= 2:
+                    self._events.put(_Event("slot_failed", slot.name, message=str(err)))
+                    break
+                continue
+            self._events.put(_Event("started", slot.name, task=task))
+            try:
+                outcome = slot.run(task.index, task.case, self.deadline_s, self.stop)
+            except BaseException as err:  # noqa: BLE001 - the slot's own failure is this case's row, never a hang
+                slot.kill()
+                outcome = CaseOutcome(index=task.index, failure="crashed", worker_replaced=True,
+                                      detail=f"failed in the sweep itself: {type(err).__name__}: {err}")
+            self._events.put(_Event("finished", slot.name, task=task, outcome=outcome))
+
+    # --- the calling thread -------------------------------------------------------------------
+    def run(self) -> None:
+        """Until every task has a final outcome, the stop grace has passed, or no slot is left."""
+        threads = [threading.Thread(target=self._slot_loop, args=(s,), daemon=True, name=f"slot-{s.name}")
+                   for s in self.slots]
+        for t in threads:
+            t.start()
+        live = len(threads)
+        try:
+            while live:
+                if self.stop.is_set() and self.stopped_at is None:
+                    self.stopped_at = time.monotonic()
+                    with self._lock:
+                        self._lock.notify_all()
+                if self.stopped_at is not None and time.monotonic() - self.stopped_at > self.grace_s:
+                    for s in self.slots:      # grace is over: the cases in flight end as `interrupted`
+                        s.kill()
+                try:
+                    event = self._events.get(timeout=0.2)
+                except queue.Empty:
+                    continue
+                if event.kind == "slot_done":
+                    live -= 1
+                elif event.kind == "slot_failed":
+                    self.events.slot_failed(event.slot, event.message)
+                elif event.kind == "ready" and event.info is not None:
+                    self.events.worker_ready(event.slot, event.info)
+                elif event.kind == "started" and event.task is not None:
+                    self.events.case_started(event.slot, event.task)
+                elif event.kind == "finished" and event.task is not None and event.outcome is not None:
+                    self._finished(event.slot, event.task, event.outcome)
+        finally:
+            with self._lock:
+                self._done = True
+                self._lock.notify_all()
+            for s in self.slots:
+                s.close()
+            self.interrupted = self.stop.is_set()
+
+    def _finished(self, slot: str, task: Task, outcome: CaseOutcome) -> None:
+        kind = outcome.failure or (outcome.row or {}).get("error_kind")
+        retry = False
+        if outcome.failure == "interrupted":
+            pass                                       # stays missing: `--resume` runs it
+        elif outcome.worker_replaced and kind is not None:
+            task.kills += 1
+            task.failures.append(f"{kind}: {outcome.detail.splitlines()[0] if outcome.detail else ''}".strip())
+            retry = (kind in self.retried_kinds and task.kills < KILLS_ALLOWED and not self.stop.is_set())
+        with self._lock:
+            self._in_flight -= 1
+            if retry:
+                self._pending.appendleft(task)         # a fresh worker takes it next
+            elif not self._pending and self._in_flight == 0:
+                self._done = True
+            self._lock.notify_all()
+        if not retry and outcome.failure != "interrupted":
+            self.events.case_finished(slot, task, outcome)
+
+    @property
+    def unrun(self) -> list[Task]:
+        with self._lock:
+            return list(self._pending)
+
+
+def make_stop_handler(scheduler: Scheduler, on_signal: Callable[[int], None]) -> Callable[[int, Any], None]:
+    """A SIGINT/SIGTERM handler: the first signal stops handing out cases; a second one ends the
+    grace period at once."""
+    def handler(signum: int, frame: Any) -> None:
+        if scheduler.stop.is_set():
+            scheduler.grace_s = 0.0
+        scheduler.stop.set()
+        on_signal(signum)
+    return handler

@@ -1,0 +1,104 @@
+"""A sweep worker: one long-lived process per GPU (or per CPU share), started by the parent with
+`python -m operatorx.run.worker`, CUDA_VISIBLE_DEVICES already set, in its own process group.
+
+It builds the job once (CUDA context, timer, L2 probe), then reads cases from stdin and answers
+each with its row. After every case it checks that the case gave its memory back; a case that
+did not, or one that poisoned the CUDA context, is its last: the row says so and the worker
+exits, and the parent starts a fresh one. Anything worse (a hang, a segfault, `os._exit`) the
+parent sees from outside and handles the same way.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import traceback
+from typing import IO, Any
+
+from operatorx.result import Row
+from operatorx.run.faults import classify_message, poisons_worker
+from operatorx.run.job import Job, JobSpec, build_job
+from operatorx.run.memory_watch import MemoryDelta, read_memory
+from operatorx.run.protocol import parse, send
+from operatorx.spec import Case
+
+__all__ = ["main", "finish_row", "with_changes"]
+
+
+def with_changes(row: Row, **changes: Any) -> Row:
+    """A copy of `row` with document fields replaced (status, message, error_kind, metrics), validated
+    again as a whole: rows are immutable and typed."""
+    return Row.from_json({**row.to_json(), **changes})
+
+
+def finish_row(row: Row, delta: MemoryDelta, device_limit_mib: float, host_limit_mib: float) -> tuple[Row, bool]:
+    """The row with its error kind and memory reading, and whether the worker must be replaced."""
+    metrics = {**row.metrics, "memory": delta.to_json()}
+    kind = getattr(row, "error_kind", None)
+    if row.status == "error" and kind is None:
+        kind = classify_message(row.message, wrong_result=(row.message or "").startswith("wrong result"))
+    status, message = row.status, row.message
+    leak = delta.leak(device_limit_mib, host_limit_mib)
+    if leak is not None and kind is None:
+        status, kind, message = "error", "leak", leak
+    elif leak is not None:
+        message = f"{message}; {leak}"
+    return with_changes(row, status=status, message=message, error_kind=kind, metrics=metrics), \
+        poisons_worker(kind) or leak is not None
+
+
+def _die_with_parent() -> None:
+    """Linux: the kernel kills this worker when the parent dies (kill -9 included), so no worker
+    outlives its sweep holding a GPU."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        pass
+
+
+def _serve(job: Job, spec: JobSpec, channel: IO[str]) -> None:
+    config = spec.config
+    for line in sys.stdin:
+        msg = parse(line)
+        if msg is None or msg.kind == "stop":
+            return
+        case = Case.model_validate(msg.body["case"])
+        index = int(msg.body["index"])
+        send(channel, "started", index=index)
+        before = read_memory(config.device or "cpu")
+        row = job.run(case, index)
+        delta = MemoryDelta(before, read_memory(config.device or "cpu"))
+        row, replace = finish_row(row, delta, config.leak_limit_device_mib, config.leak_limit_host_mib)
+        send(channel, "row", index=index, row=row.to_json(), replace=replace)
+        if replace:
+            return
+
+
+def main() -> int:
+    channel = os.fdopen(os.dup(1), "w", buffering=1)     # the protocol keeps the real stdout...
+    os.dup2(2, 1)                                         # ...and anything printed goes to the log
+    sys.stdout = sys.stderr
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)          # the parent decides when a case stops
+    first = parse(sys.stdin.readline())
+    if first is None or first.kind != "init":
+        return 2
+    try:
+        spec = JobSpec.from_json(first.body["job"])
+        job = build_job(spec, cpu_share=first.body.get("cpu_share"))
+    except Exception as err:  # noqa: BLE001 - the parent gets the reason in one line; the log has the rest
+        traceback.print_exc()
+        send(channel, "failed", message=f"{type(err).__name__}: {str(err).strip()[:500]}")
+        return 1
+    send(channel, "ready", info=job.info, pid=os.getpid())
+    _serve(job, spec, channel)
+    channel.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stderr.flush()
+    os._exit(code)      # no interpreter teardown: a poisoned CUDA context can hang it

@@ -1,0 +1,243 @@
+"""The parent's handle on one worker process: start it, hand it a case, wait for the row with a
+deadline, and kill its whole process group when the case hangs or the process dies.
+
+`Slot` is what the scheduler talks to: it keeps one worker alive (starting a fresh one when the
+last was killed or retired itself) and turns whatever happened to a case into a `CaseOutcome`.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from operatorx.run.config import WORKER_START_TIMEOUT_S
+from operatorx.run.job import JobSpec
+from operatorx.run.protocol import WorkerMessage, parse, send
+from operatorx.spec import Case
+
+__all__ = ["CaseOutcome", "WorkerProcess", "Slot", "WorkerStartError", "STDERR_TAIL_BYTES"]
+
+STDERR_TAIL_BYTES = 2000
+
+
+class WorkerStartError(RuntimeError):
+    """A worker could not start (its reason, and the tail of its log)."""
+
+
+@dataclass
+class CaseOutcome:
+    """What became of one case in one worker: its row (as JSON) or why there is none."""
+
+    index: int
+    row: Optional[dict[str, Any]] = None
+    failure: Optional[str] = None
+    """None when the worker answered; else `timeout`, `crashed` or `interrupted`."""
+    detail: str = ""
+    """For a failure: exit code or signal, and the tail of the worker's stderr."""
+    worker_replaced: bool = False
+    seconds: float = 0.0
+
+
+def _describe_exit(code: Optional[int]) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+@dataclass
+class WorkerProcess:
+    """One spawned worker process and the thread that reads its messages."""
+
+    spec: JobSpec
+    env: dict[str, str]
+    name: str
+    cpu_share: Optional[int] = None
+    log_dir: Path = field(default_factory=lambda: Path(tempfile.gettempdir()))
+    proc: Optional[subprocess.Popen[str]] = field(default=None, init=False)
+    info: dict[str, Any] = field(default_factory=dict, init=False)
+    _inbox: queue.Queue[Optional[WorkerMessage]] = field(default_factory=queue.Queue, init=False)
+    _log_path: Optional[Path] = field(default=None, init=False)
+
+    def start(self, timeout_s: float = WORKER_START_TIMEOUT_S) -> dict[str, Any]:
+        """Spawn the worker and wait for it to be ready; its info (device, software, L2 probe)."""
+        fd, log = tempfile.mkstemp(prefix=f"operatorx-{self.name}-", suffix=".log", dir=self.log_dir)
+        self._log_path = Path(log)
+        with os.fdopen(fd, "w") as log_file:
+            self.proc = subprocess.Popen([sys.executable, "-m", "operatorx.run.worker"], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=log_file, env=self.env, text=True,
+                                         start_new_session=True, bufsize=1)
+        threading.Thread(target=self._read, daemon=True, name=f"read-{self.name}").start()
+        assert self.proc.stdin is not None
+        send(self.proc.stdin, "init", job=self.spec.to_json(), cpu_share=self.cpu_share)
+        msg = self._next(time.monotonic() + timeout_s)
+        if msg is None or msg.kind != "ready":
+            reason = msg.body.get("message") if msg is not None and msg.kind == "failed" else None
+            if reason is None:
+                reason = "no answer in time" if msg is None and self.alive() else _describe_exit(self.proc.poll())
+            self.kill()
+            raise WorkerStartError(f"worker {self.name} did not start: {reason}\n{self.stderr_tail()}".rstrip())
+        self.info = msg.body.get("info", {})
+        return self.info
+
+    def _read(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        for line in self.proc.stdout:
+            msg = parse(line)
+            if msg is not None:
+                self._inbox.put(msg)
+        self._inbox.put(None)                          # end of stream: the worker is gone
+
+    def _next(self, deadline: float) -> Optional[WorkerMessage]:
+        """The next message before `deadline`; None at the deadline or when the stream ended."""
+        try:
+            return self._inbox.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            return None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def run_case(self, index: int, case: Case, deadline_s: float, stop: threading.Event) -> CaseOutcome:
+        """Hand one case over and wait for its row, at most `deadline_s` seconds."""
+        assert self.proc is not None and self.proc.stdin is not None
+        t0 = time.monotonic()
+        try:
+            send(self.proc.stdin, "case", index=index, case=case.to_json())
+        except (BrokenPipeError, OSError):
+            return self._failure(index, "crashed", t0)
+        deadline = t0 + deadline_s
+        while True:
+            msg = self._next(min(deadline, time.monotonic() + 0.25))
+            if msg is not None and msg.kind == "row" and msg.body.get("index") == index:
+                return CaseOutcome(index=index, row=msg.body["row"], worker_replaced=bool(msg.body.get("replace")),
+                                   seconds=time.monotonic() - t0)
+            if msg is not None:
+                continue                               # `started`, or a stray line
+            if stop.is_set():
+                return self._failure(index, "interrupted", t0)
+            if not self.alive() and self._inbox.empty():
+                return self._failure(index, "crashed", t0)
+            if time.monotonic() >= deadline:
+                return self._failure(index, "timeout", t0, f"no row after {deadline_s:.0f} s (--case-timeout)")
+
+    def _failure(self, index: int, failure: str, t0: float, why: str = "") -> CaseOutcome:
+        if failure != "crashed":
+            self.kill()
+        else:
+            self.wait(5.0)
+        code = self.proc.poll() if self.proc is not None else None
+        what = why or _describe_exit(code)
+        return CaseOutcome(index=index, failure=failure, detail=f"{what}\n{self.stderr_tail()}".rstrip(),
+                           worker_replaced=True, seconds=time.monotonic() - t0)
+
+    def wait(self, timeout_s: float) -> None:
+        if self.proc is None:
+            return
+        try:
+            self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def kill(self) -> None:
+        """SIGKILL to the worker's whole process group (the op may have started its own children)."""
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def stop(self) -> None:
+        """Ask the worker to end after its case; kill it if it does not within 10 s."""
+        if self.proc is None:
+            return
+        if self.alive():
+            try:
+                assert self.proc.stdin is not None
+                send(self.proc.stdin, "stop")
+                self.proc.stdin.close()
+            except (BrokenPipeError, OSError):
+                pass
+            self.wait(10.0)
+        self.kill()
+        self.discard_log()
+
+    def stderr_tail(self, nbytes: int = STDERR_TAIL_BYTES) -> str:
+        if self._log_path is None:
+            return ""
+        try:
+            with open(self._log_path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - nbytes))
+                return f.read().decode("utf-8", "replace").strip()
+        except OSError:
+            return ""
+
+    def discard_log(self) -> None:
+        if self._log_path is not None:
+            self._log_path.unlink(missing_ok=True)
+
+
+@dataclass
+class Slot:
+    """One place to run cases (a GPU, or a CPU share): keeps a worker alive across cases."""
+
+    spec: JobSpec
+    env: dict[str, str]
+    name: str
+    cpu_share: Optional[int] = None
+    worker: Optional[WorkerProcess] = field(default=None, init=False)
+    started_workers: int = field(default=0, init=False)
+
+    def ensure_worker(self) -> dict[str, Any]:
+        """A ready worker (a fresh one if there is none); its info."""
+        if self.worker is None or not self.worker.alive():
+            if self.worker is not None:
+                self.worker.discard_log()
+            self.worker = WorkerProcess(spec=self.spec, env=self.env, name=self.name, cpu_share=self.cpu_share)
+            self.started_workers += 1
+            try:
+                self.worker.start()
+            except WorkerStartError:
+                self.worker.discard_log()
+                self.worker = None
+                raise
+        return self.worker.info
+
+    def run(self, index: int, case: Case, deadline_s: float, stop: threading.Event) -> CaseOutcome:
+        self.ensure_worker()
+        assert self.worker is not None
+        outcome = self.worker.run_case(index, case, deadline_s, stop)
+        if outcome.worker_replaced:
+            self.worker.wait(10.0)                   # it exits by itself after a poisoning case
+            self.worker.kill()
+            self.worker.discard_log()
+            self.worker = None
+        return outcome
+
+    def kill(self) -> None:
+        if self.worker is not None:
+            self.worker.kill()
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.worker.stop()
+            self.worker = None

@@ -1,0 +1,66 @@
+"""Workers isolate faults: each planted fault ends as its own error row with its kind, and every
+other case of the same run is ok (real worker processes, CPU device)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from operatorx.measure import TimingSettings
+from operatorx.run import RunConfig, run_testlist
+from operatorx.store import Store
+from tests.conftest import gemm
+
+PLANTED = Path(__file__).parent / "planted" / "misbehave.py"
+FAST = TimingSettings(warmup_calls=1, warmup_floor_s=0, first_warmup_floor_s=0, min_samples=3, max_samples=5,
+                      max_time_s=0)
+OK_M = (16, 24, 32)
+
+
+def fp32(m: int) -> dict:
+    return gemm(m=m, n=64, k=64, a={"dtype": "fp32"}, b={"dtype": "fp32"}, out="fp32")
+
+
+def config(tmp_path: Path, testlist: Path, **kw) -> RunConfig:
+    return RunConfig(testlist=str(testlist), backend=f"py:{PLANTED}:build", device="cpu",
+                     db=str(tmp_path / "ox.db"), results_dir=tmp_path / "res", timing=FAST, **kw)
+
+
+def test_every_planted_fault_is_its_own_error_and_the_rest_is_ok(tmp_path, write_testlist):
+    faults = {1: "timeout", 2: "crashed", 3: "crashed", 4: "crashed", 5: "leak", 6: "cuda_fault", 8: "oom"}
+    cases = [fp32(m) for m in (OK_M[0], *faults, OK_M[1])] + [fp32(OK_M[2])]
+    outcome = run_testlist(config(tmp_path, write_testlist(cases), case_timeout_s=8, leak_limit_host_mib=100,
+                                  workers=2))
+    by_m = {r.case.args.m: r for r in outcome.rows}
+    assert outcome.state == "finished" and len(outcome.rows) == len(cases)
+    for m, kind in faults.items():
+        row = by_m[m]
+        assert (row.status, row.error_kind) == ("error", kind), (m, row.status, row.error_kind, row.message)
+    for m in OK_M:
+        assert by_m[m].status == "ok" and by_m[m].latency_us is not None and by_m[m].latency_us > 0
+    assert "SIGSEGV" in by_m[3].message                               # how the worker died is said
+    assert "MiB of host memory" in by_m[5].message
+    assert "illegal memory access" in by_m[6].message
+    # the crash and the poisoned context were tried in a fresh worker once more, then given up
+    assert len(by_m[3].metrics["failures"]) == 2
+    doc = json.loads(outcome.document_path.read_text())
+    assert doc["run"]["state"] == "finished"
+    assert sorted((r["status"], r.get("error_kind")) for r in doc["rows"]) == sorted(
+        (r.status, r.error_kind) for r in outcome.rows)
+    assert Store(str(tmp_path / "ox.db")).unfinished(outcome.run_id) == []
+
+
+def test_a_timeout_is_not_retried_and_takes_only_its_case(tmp_path, write_testlist):
+    outcome = run_testlist(config(tmp_path, write_testlist([fp32(1), fp32(16)]), case_timeout_s=10))
+    hung, ok = sorted(outcome.rows, key=lambda r: r.case.args.m)
+    assert (hung.status, hung.error_kind) == ("error", "timeout") and "no row after 10 s" in hung.message
+    assert ok.status == "ok"
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_all_cases_ok_on_one_or_two_workers(tmp_path, write_testlist, workers):
+    outcome = run_testlist(config(tmp_path, write_testlist([fp32(m) for m in (16, 17, 18, 19)]), workers=workers))
+    assert [r.status for r in outcome.rows] == ["ok"] * 4
+    assert [r.case_index for r in outcome.rows] == [0, 1, 2, 3]
