@@ -166,6 +166,9 @@ def translate(target: DbTarget, err: BaseException, what: str = "open") -> Store
                           f"with `operatorx db init {target.flag()}` (or createdb)")
     if "password" in low or "authentication" in low or ("role" in low and "does not exist" in low):
         return StoreError(f"PostgreSQL at {host} refused the login ({detail}): fix the user/password in --db")
+    if "permission denied" in low:
+        return StoreError(f"PostgreSQL at {host}: cannot {what} ({detail}): the role in --db lacks the right; "
+                          "ask the database's owner to grant it (or to create the database for you)")
     if "invalid response" in low or "ssl negotiation" in low or "not a postgres" in low:
         return StoreError(f"what answers at {host} is not a PostgreSQL server ({detail}): fix host and port in --db")
     if any(s in low for s in ("connection refused", "timeout", "timed out", "could not translate host",
