@@ -36,6 +36,7 @@ from operatorx.result import (
     json_safe,
 )
 from operatorx.run.config import RunConfig
+from operatorx.run.faults import classify_message
 from operatorx.spec import Case, GemmArgs
 
 __all__ = ["CaseRunner", "Timer", "prepare_and_check"]
@@ -96,15 +97,7 @@ def _peak(case: Case, peaks: Optional[Peaks]) -> Optional[Peak]:
 def _error_kind(err: BaseException) -> ErrorKind:
     """What kind of failure an exception in the case is, by the sweep's rules (run/faults.py: only
     sticky CUDA errors are `cuda_fault`); the sweep itself adds timeout, crashed and leak."""
-    text = f"{type(err).__name__}: {err}"
-    try:
-        from operatorx.run.faults import classify_message
-    except ImportError:  # pragma: no cover - a build without the sweep's fault rules
-        low = text.lower()
-        if "outofmemoryerror" in low or "out of memory" in low:
-            return "oom"
-        return "cuda_fault" if "illegal memory access" in low or "device-side assert" in low else "exception"
-    kind: ErrorKind = classify_message(text)
+    kind: ErrorKind = classify_message(f"{type(err).__name__}: {err}")
     return kind
 
 
