@@ -127,6 +127,13 @@ def test_missing_when_either_side_has_no_ok_row():
     assert c.counts()["missing"] == 3 and by_m["1"].q_value is not None
 
 
+def test_a_zero_sample_makes_the_case_missing_not_the_comparison_fail():
+    rng = np.random.default_rng(13)
+    c = compare_documents(_doc("A", {1: [0.0, *_samples(rng, n=20)], 2: _samples(rng)}),
+                          _doc("B", {1: _samples(rng, n=20), 2: _samples(rng)}))
+    assert [x.verdict for x in c.cases] == ["missing", "same"] and "a sample <= 0 µs in A" in c.cases[0].flags
+
+
 def test_flags_name_what_differs():
     rng = np.random.default_rng(7)
     s = _samples(rng)

@@ -296,7 +296,7 @@ def compare_documents(doc_a: dict[str, Any], doc_b: dict[str, Any], *, min_effec
     stats: list[Optional[tuple[float, float, float, float]]] = []
     for key in keys:
         sa, sb = _samples(rows_a.get(key), metric), _samples(rows_b.get(key), metric)
-        stats.append(compare_samples(sa, sb, 1 - alpha) if len(sa) >= 2 and len(sb) >= 2 else None)
+        stats.append(compare_samples(sa, sb, 1 - alpha) if _usable(sa) and _usable(sb) else None)
     qs = benjamini_hochberg([s[3] if s else None for s in stats])
     cases = []
     for key, s, q in zip(keys, stats, qs, strict=True):
@@ -306,7 +306,8 @@ def compare_documents(doc_a: dict[str, Any], doc_b: dict[str, Any], *, min_effec
         sa, sb = _samples(a, metric), _samples(b, metric)
         flags = _row_flags(a, b) if a is not None and b is not None else []
         if s is None or q is None:
-            why = [f"no ok row with {metric} samples in {side}" for side, x in (("A", sa), ("B", sb)) if len(x) < 2]
+            why = [f"no ok row with {metric} samples in {side}" if len(x) < 2 else f"a sample <= 0 µs in {side}"
+                   for side, x in (("A", sa), ("B", sb)) if not _usable(x)]
             verdict: Verdict = "missing"
             ratio = lo = hi = p = None
             flags = why + flags
@@ -325,6 +326,11 @@ def compare_documents(doc_a: dict[str, Any], doc_b: dict[str, Any], *, min_effec
     run_a, run_b = doc_a.get("run") or {}, doc_b.get("run") or {}
     return Comparison(a=str(run_a.get("id", "A")), b=str(run_b.get("id", "B")), min_effect=min_effect, alpha=alpha,
                       metric=metric, cases=cases, flags=_run_flags(run_a, run_b))
+
+
+def _usable(samples: list[float]) -> bool:
+    """At least two samples, all positive times (a ratio of logs needs them)."""
+    return len(samples) >= 2 and min(samples) > 0
 
 
 def _finite(v: Optional[float]) -> Optional[float]:
