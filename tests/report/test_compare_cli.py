@@ -72,3 +72,23 @@ def test_bad_inputs_are_one_line_and_exit_2(docs, tmp_path):
     r = _run("latest", docs[1], "--db", str(tmp_path / "missing.db"))
     assert r.exit_code == 2 and "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1, r.output
     assert not (tmp_path / "missing.db").exists()
+
+
+def test_two_stored_cpu_runs_compare_by_run_id(tmp_path, write_testlist):
+    """End to end: two real runs in one database, compared by id prefix; every case is matched."""
+    from operatorx.measure import TimingSettings
+    from operatorx.run import RunConfig, run_testlist
+    from tests.conftest import gemm
+
+    path = write_testlist([gemm(m=2, n=64, k=64), gemm(m=8, n=64, k=64)])
+    timing = TimingSettings(warmup_calls=1, warmup_floor_s=0, first_warmup_floor_s=0, min_samples=12,
+                            max_samples=12, max_time_s=1)
+    db = str(tmp_path / "ox.db")
+    ids = [run_testlist(RunConfig(testlist=str(path), device="cpu", db=db, results_dir=tmp_path / "res",
+                                  timing=timing, executor="inline")).run_id for _ in range(2)]
+    r = _run(ids[0], ids[1][:12] if ids[1][:12] != ids[0][:12] else ids[1], "--db", db, "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["counts"]["missing"] == 0 and len(out["cases"]) == 2
+    assert all(c["a_samples"] == 12 and c["b_samples"] == 12 and c["ci_low"] is not None for c in out["cases"])
+    assert _run(ids[0], "nosuchrun", "--db", db).exit_code == 2
