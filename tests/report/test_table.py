@@ -68,7 +68,8 @@ def test_busy_and_gaps_stand_beside_the_span_where_they_differ_by_more_than_3_pe
     assert names[4:7] == ["latency_us", "busy_us", "gaps_us"]
     text = _text(rows_table([multi.to_json(), single.to_json()]))
     line = next(t for t in text.splitlines() if "33.20" in t)
-    assert "24.10" in line and "9.10" in line and "over 9 kernels (8 boundaries)" in line
+    assert "24.10" in line and "9.10" in line
+    assert "span 33.2 = busy 24.1 + gaps 9.1 µs between 9 kernels (8 boundaries)" in row_note(multi)
     other = next(t for t in text.splitlines() if "10.00" in t)
     assert "9.80" not in other                      # within 3%: the span alone
     assert [name for name, _ in row_columns([single])][4:6] == ["latency_us", "TFLOP/s"]

@@ -39,13 +39,13 @@ def as_rows(rows: Iterable[RowLike]) -> list[Row]:
 
 
 def _kernels_note(r: Row) -> str:
-    """`busy 24.1 µs + gaps 9.1 µs over 9 kernels (8 boundaries)`: why span and busy differ."""
-    text = f"busy {fmt(r.busy_us, 2)} µs + gaps {fmt(r.gaps_us, 2)} µs"
+    """`span 33.2 = busy 24.1 + gaps 9.1 µs between 9 kernels (8 boundaries)`: why span and busy differ."""
+    text = f"span {fmt(r.latency_us, 1)} = busy {fmt(r.busy_us, 1)} + gaps {fmt(r.gaps_us, 1)} µs"
     profile = r.ran.profile if r.ran else None
     if profile is not None and profile.kernels:
         n = profile.kernels_per_call
         count = f"{n:.0f}" if abs(n - round(n)) < 0.05 else f"{n:.1f}"
-        text += f" over {count} kernels ({max(0.0, n - 1):.0f} boundaries)"
+        text += f" between {count} kernels ({max(0.0, n - 1):.0f} boundaries)"
     return text
 
 
