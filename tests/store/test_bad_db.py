@@ -212,3 +212,22 @@ def test_schema_older_or_newer_than_this_code(tmp_path):
     _one_line_exit_2(["results", "list", "--db", str(db)], "newer than this OperatorX", "pip install -U")
     with pytest.raises(StoreError, match="newer"):
         Store(str(db))
+
+
+def test_db_check_reads_every_page_of_a_sqlite_file(tmp_path):
+    """Damage deep in the file that opening and listing never touch: `db check` finds it."""
+    db = tmp_path / "ox.db"
+    store = Store(str(db))
+    for r in range(3):
+        store.begin_run(f"r{r}", "2026-11-30T00:00:00", "t", "torch", "cpu", {}, planned(200))
+    store.close()
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    root = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'ox_rows_run_index'").fetchone()[0]
+    conn.close()
+    data = bytearray(db.read_bytes())
+    page = 4096
+    data[(root - 1) * page + 8:(root - 1) * page + 2048] = bytes(range(256)) * 7 + bytes(248)
+    db.write_bytes(bytes(data))
+    assert runner.invoke(app, ["results", "list", "--db", str(db)]).exit_code == 0     # opening does not see it
+    _one_line_exit_2(["db", "check", "--db", str(db)], "is corrupt")

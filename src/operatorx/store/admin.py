@@ -11,6 +11,7 @@ from sqlalchemy.exc import DBAPIError
 
 from operatorx.store.db import _remove_new_sidecars, _sidecars, state_error
 from operatorx.store.engine import busy_timeout_s, make_engine, retrying, translate
+from operatorx.store.errors import StoreError
 from operatorx.store.migrate import SchemaState, schema_state, upgrade_to_head
 from operatorx.store.schema import SCHEMA_HEAD
 from operatorx.store.target import DbTarget, check_sqlite_path, parse_db
@@ -115,6 +116,12 @@ def check_database(db: str) -> DbStatus:
             state, rev = schema_state(conn)
             if state != "current":
                 return DbStatus(target.display(), state, rev)
+            if target.kind == "sqlite":          # the whole file, page by page: what opening does not read
+                found = [str(r[0]) for r in conn.execute(text("PRAGMA quick_check(5)"))]
+                if found != ["ok"]:
+                    said = [ln.strip() for f in found for ln in f.splitlines() if ln.strip() and "***" not in ln]
+                    raise StoreError(f"{target.display()} is corrupt ({'; '.join(said)[:200]}): restore it from a "
+                                     "backup, or start a new --db and `operatorx db ingest` the result documents")
             runs = conn.execute(text("SELECT count(*) FROM ox_runs")).scalar()
             rows = conn.execute(text("SELECT count(*) FROM ox_rows")).scalar()
             return DbStatus(target.display(), state, rev, int(runs or 0), int(rows or 0))
