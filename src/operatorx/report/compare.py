@@ -115,6 +115,8 @@ class Comparison:
 def _kth_differences(x: np.ndarray, y: np.ndarray, ks: list[int]) -> list[float]:
     """The k-th smallest (1-based) of all y[j] − x[i] for each k, for sorted x and y."""
     n, m = x.size, y.size
+    if not ks:
+        return []
     if n * m <= _DIRECT_PAIRS:
         d = np.partition((y[:, None] - x[None, :]).ravel(), [k - 1 for k in ks])
         return [float(d[k - 1]) for k in ks]
@@ -126,7 +128,7 @@ def _bisect_kth(x: np.ndarray, y: np.ndarray, k: int) -> float:
     from the sorted arrays (m binary searches) instead of forming all n·m differences."""
     n = x.size
     lo, hi = float(y[0] - x[-1]), float(y[-1] - x[0])
-    tol = 1e-12 * max(1.0, abs(lo), abs(hi))
+    tol = 1e-10 * max(1.0, abs(lo), abs(hi))       # on log times: a ratio to 1e-10, far below any noise
     while hi - lo > tol:
         mid = (lo + hi) / 2
         if mid <= lo or mid >= hi:
@@ -138,22 +140,23 @@ def _bisect_kth(x: np.ndarray, y: np.ndarray, k: int) -> float:
     return hi
 
 
-def hodges_lehmann(x: Iterable[float], y: Iterable[float], confidence: float = 0.95
+def hodges_lehmann(x: Iterable[float], y: Iterable[float], confidence: float = 0.95, estimate: bool = True
                    ) -> tuple[float, float, float]:
     """(shift, low, high) of y against x: the median of all pairwise differences y − x, and the
     distribution-free interval from the Mann–Whitney null distribution (normal approximation, which
-    is close from 10 samples a side; below that the interval may come out unbounded: ±inf)."""
+    is close from 10 samples a side; below that the interval may come out unbounded: ±inf).
+    `estimate=False` skips the shift (NaN) when only the interval is wanted."""
     xs, ys = np.sort(np.asarray(list(x), dtype=float)), np.sort(np.asarray(list(y), dtype=float))
     n, m = xs.size, ys.size
     if n == 0 or m == 0:
         raise ValueError("both sides need samples")
     total = n * m
-    middle = [(total + 1) // 2] if total % 2 else [total // 2, total // 2 + 1]
+    middle = ([(total + 1) // 2] if total % 2 else [total // 2, total // 2 + 1]) if estimate else []
     z = NormalDist().inv_cdf(0.5 + confidence / 2)
     c = int(math.floor(total / 2 - z * math.sqrt(total * (n + m + 1) / 12)))
     bounds = [c, total + 1 - c] if c >= 1 else []
     values = _kth_differences(xs, ys, middle + bounds)
-    shift = sum(values[:len(middle)]) / len(middle)
+    shift = sum(values[:len(middle)]) / len(middle) if middle else math.nan
     if not bounds:
         return shift, -math.inf, math.inf
     return shift, values[-2], values[-1]
@@ -196,7 +199,7 @@ def compare_samples(a_us: list[float], b_us: list[float], confidence: float = 0.
     if not (np.all(a > 0) and np.all(b > 0)):
         raise ValueError("samples must be positive times")
     la, lb = np.log(a), np.log(b)
-    _, lo, hi = hodges_lehmann(la, lb, confidence)
+    _, lo, hi = hodges_lehmann(la, lb, confidence, estimate=False)
     ratio = float(np.median(b) / np.median(a))
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return ratio, math.nan, math.nan, mann_whitney_p(la, lb)
