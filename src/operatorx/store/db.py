@@ -81,7 +81,7 @@ def state_error(target: DbTarget, state: SchemaState, rev: Optional[str]) -> Sto
 
 def check_db(db: str, *, create: bool) -> None:
     """Everything that would make `Store(db, create=create)` fail, checked without creating or
-    changing anything (a run calls it before its first case). Raises StoreError."""
+    changing anything (for a caller that wants to know before its first case). Raises StoreError."""
     target = parse_db(db)
     if target.kind == "sqlite":
         check_sqlite_path(target, create=create, write=create)
