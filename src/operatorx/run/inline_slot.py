@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from operatorx.run.job import Job, JobSpec, build_job
-from operatorx.run.memory_watch import MemoryDelta, read_memory
+from operatorx.run.memory_watch import MemoryWatch
 from operatorx.run.worker import finish_row
 from operatorx.run.worker_process import CaseOutcome
 from operatorx.spec import Case
@@ -26,22 +26,23 @@ class InlineSlot:
     spec: JobSpec
     name: str = "inline"
     _job: Optional[Job] = field(default=None, init=False)
+    _watch: Optional[MemoryWatch] = field(default=None, init=False)
     worker: Optional[Job] = field(default=None, init=False)
 
     def ensure_worker(self) -> dict[str, Any]:
         if self._job is None:
             self._job = build_job(self.spec)
             self.worker = self._job
+            config = self.spec.config
+            self._watch = MemoryWatch(config.device or "cpu", config.leak_limit_device_mib, config.leak_limit_host_mib)
         return self._job.info
 
     def run(self, index: int, case: Case, deadline_s: float, stop: threading.Event) -> CaseOutcome:
-        job = self._job
-        assert job is not None
+        job, watch = self._job, self._watch
+        assert job is not None and watch is not None
         config, t0 = self.spec.config, time.monotonic()
-        before = read_memory(config.device or "cpu")
         row = job.run(case, index)
-        delta = MemoryDelta(before, read_memory(config.device or "cpu"))
-        row, _ = finish_row(row, delta, config.leak_limit_device_mib, config.leak_limit_host_mib)
+        row, _ = finish_row(row, watch.after_case(), config.leak_limit_device_mib, config.leak_limit_host_mib)
         return CaseOutcome(index=index, row=row.to_json(), seconds=time.monotonic() - t0)
 
     def kill(self) -> None:

@@ -14,7 +14,7 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
-__all__ = ["MemoryReading", "read_memory", "MemoryDelta"]
+__all__ = ["MemoryReading", "read_memory", "MemoryDelta", "MemoryWatch"]
 
 _MIB = 1024 * 1024
 
@@ -77,17 +77,39 @@ def _trim_heap() -> None:
         pass
 
 
-def read_memory(device_kind: str) -> MemoryReading:
-    gc.collect()
+def read_memory(device_kind: str, thorough: bool = False) -> MemoryReading:
+    """The reading; `thorough` first collects garbage and trims the heap (about 100 ms in a process
+    that imported torch), so it is taken only to confirm a growth the quick reading saw."""
+    if thorough:
+        gc.collect()
     device = None
     if device_kind == "cuda":
         import torch
 
         try:
-            torch.cuda.synchronize()
-            torch.cuda.empty_cache()
+            if thorough:
+                torch.cuda.synchronize()
+                torch.cuda.empty_cache()
             device = int(torch.cuda.memory_allocated())
         except RuntimeError:          # a poisoned context: the case's row already says so
             device = None
-    _trim_heap()
+    if thorough:
+        _trim_heap()
     return MemoryReading(host_rss_bytes=_rss_bytes(), device_allocated_bytes=device)
+
+
+class MemoryWatch:
+    """Memory before and after each case, cheaply: the reading after one case is the baseline of
+    the next, and the slow, exact reading is taken only when the quick one shows a growth past a
+    limit (garbage not yet collected and freed heap pages would otherwise look like a leak)."""
+
+    def __init__(self, device_kind: str, device_limit_mib: float, host_limit_mib: float) -> None:
+        self.device_kind, self.device_limit_mib, self.host_limit_mib = device_kind, device_limit_mib, host_limit_mib
+        self.baseline = read_memory(device_kind, thorough=True)
+
+    def after_case(self) -> MemoryDelta:
+        delta = MemoryDelta(self.baseline, read_memory(self.device_kind))
+        if delta.leak(self.device_limit_mib, self.host_limit_mib) is not None:
+            delta = MemoryDelta(self.baseline, read_memory(self.device_kind, thorough=True))
+        self.baseline = delta.after
+        return delta

@@ -20,7 +20,7 @@ from typing import IO, Any
 from operatorx.result import Row
 from operatorx.run.faults import classify_message, poisons_worker
 from operatorx.run.job import Job, JobSpec, build_job
-from operatorx.run.memory_watch import MemoryDelta, read_memory
+from operatorx.run.memory_watch import MemoryDelta, MemoryWatch
 from operatorx.run.protocol import parse, send
 from operatorx.spec import Case
 
@@ -60,6 +60,7 @@ def _die_with_parent() -> None:
 
 def _serve(job: Job, spec: JobSpec, channel: IO[str]) -> None:
     config = spec.config
+    watch = MemoryWatch(config.device or "cpu", config.leak_limit_device_mib, config.leak_limit_host_mib)
     for line in sys.stdin:
         msg = parse(line)
         if msg is None or msg.kind == "stop":
@@ -67,10 +68,8 @@ def _serve(job: Job, spec: JobSpec, channel: IO[str]) -> None:
         case = Case.model_validate(msg.body["case"])
         index = int(msg.body["index"])
         send(channel, "started", index=index)
-        before = read_memory(config.device or "cpu")
         row = job.run(case, index)
-        delta = MemoryDelta(before, read_memory(config.device or "cpu"))
-        row, replace = finish_row(row, delta, config.leak_limit_device_mib, config.leak_limit_host_mib)
+        row, replace = finish_row(row, watch.after_case(), config.leak_limit_device_mib, config.leak_limit_host_mib)
         send(channel, "row", index=index, row=row.to_json(), replace=replace)
         if replace:
             return
