@@ -91,8 +91,9 @@ def _prepare(side: Side, case: Case, device: str, settings: ABSettings,
 
 
 def _device_rounds(fns: dict[str, Callable[[], Any]], sides: dict[str, Side], settings: ABSettings,
-                   device: str) -> dict[str, list[float]]:
-    """CUDA: per round, one timed batch per side (the run's timer) in alternating order; the batch medians."""
+                   device: str) -> tuple[dict[str, list[float]], str]:
+    """CUDA: per round, one timed batch per side (the run's timer) in alternating order; the batch
+    medians, and the timer's method (what the rows say was used)."""
     from dataclasses import replace
 
     import torch
@@ -117,7 +118,7 @@ def _device_rounds(fns: dict[str, Callable[[], Any]], sides: dict[str, Side], se
         for name in (names if i % 2 == 0 else names[::-1]):
             with sides[name].context():
                 medians[name].append(timer.measure(fns[name]).latency_us)
-    return medians
+    return medians, str(timer.method)
 
 
 def run_ab_case(case: Case, a: Side, b: Side, device: str, settings: ABSettings) -> ABResult:
@@ -154,10 +155,11 @@ def run_ab_case(case: Case, a: Side, b: Side, device: str, settings: ABSettings)
                        "warnings": {n: m.details["warnings"] for n, m in host.items() if m.details["warnings"]},
                        "gpu_paced": {n: m.details["gpu_paced"] for n, m in host.items()}}
         if device == "cuda":
-            rounds = _device_rounds(fns, sides, settings, device)
+            rounds, method = _device_rounds(fns, sides, settings, device)
             dd = paired_difference(rounds["a"], rounds["b"], settings.confidence, settings.same_within_rel)
             result.device = {**dd.to_json(), "round_median_us": rounds,
-                             "round_calls": settings.device_round_calls, "method": "cuda_events/spin+flush"}
+                             "round_calls": settings.device_round_calls, "method": method,
+                             "l2_state": settings.timing.l2_state}
         else:
             result.device = None
             result.sides["note"] = "CPU device: no separate device clock; host time is the whole call"

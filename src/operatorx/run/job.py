@@ -102,7 +102,15 @@ class _ABJob:
                                    timing=TimingSettings(**raw.pop("timing", {})), **raw)
         self.a, self.b = parse_side(spec.ab.a), parse_side(spec.ab.b)
         self.spec, self.device_kind = spec, device_kind
-        self.info = {**run_info(describe_device(device_kind)), "device_kind": device_kind}
+        device = describe_device(device_kind)
+        l2_check = None
+        if device_kind == "cuda" and spec.config.check_l2:      # the same probe a run makes
+            from operatorx.measure.l2_check import check_l2_states
+            from operatorx.measure.telemetry import Telemetry
+
+            l2_check = check_l2_states(device.l2_bytes, self.settings.timing.l2_state,
+                                       Telemetry.for_torch_device(0).max_sm_clock_hz())
+        self.info = {**run_info(device), "device_kind": device_kind, "l2_check": l2_check}
 
     def run(self, case: Case, index: int) -> Row:
         from operatorx.run.ab import run_ab_case
