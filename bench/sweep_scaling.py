@@ -1,0 +1,73 @@
+"""Sweep throughput against the number of GPUs, and whether the latencies agree across them.
+
+    python bench/sweep_scaling.py --testlist gemm --limit 1000 --gpus 0 --gpus 0,1 --db /tmp/scaling.db
+
+For each `--gpus` set: one `operatorx run` (a fresh process, its own workers), its wall time end
+to end (worker start and the L2 probe included), cases/s, and the ok/unsupported/error counts.
+Then, for every case ok in the first and in a later run, the relative latency difference against
+the two rows' own noise (median ±): how many differ by more than their combined noise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from operatorx.store import Store
+
+
+def _run(testlist: str, limit: int, gpus: str, db: str, extra: list[str]) -> tuple[str, float]:
+    t0 = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "operatorx", "run", "-t", testlist, "--limit", str(limit),
+                           "--gpus", gpus, "--db", db, "--results-dir", "/tmp/scaling-res", *extra],
+                          capture_output=True, text=True)
+    wall_s = time.monotonic() - t0
+    if done.returncode not in (0, 1):
+        sys.exit(f"run --gpus {gpus} failed ({done.returncode}): {done.stderr[-2000:]}")
+    return Store(db, create=False).resolve_run("latest"), wall_s
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--testlist", default="gemm")
+    ap.add_argument("--limit", type=int, default=1000)
+    ap.add_argument("--gpus", action="append", required=True, help="a --gpus value; give it once per run")
+    ap.add_argument("--db", default="/tmp/scaling.db")
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("extra", nargs="*", help="more `operatorx run` options, after --")
+    args = ap.parse_args()
+    results = []
+    for gpus in args.gpus:
+        run_id, wall_s = _run(args.testlist, args.limit, gpus, args.db, args.extra)
+        rows = Store(args.db, create=False).rows(run_id)
+        counts = {s: sum(r.status == s for r in rows) for s in ("ok", "unsupported", "error", "missing")}
+        results.append({"gpus": gpus, "run_id": run_id, "wall_s": wall_s, "cases_per_s": len(rows) / wall_s,
+                        "counts": counts, "rows": rows})
+        print(f"--gpus {gpus}: {len(rows)} cases in {wall_s:.1f} s = {len(rows) / wall_s:.2f} cases/s {counts}")
+    base = results[0]
+    base_ok = {r.key()[0]: r for r in base["rows"] if r.status == "ok"}
+    for other in results[1:]:
+        print(f"--gpus {other['gpus']} vs {base['gpus']}: {other['cases_per_s'] / base['cases_per_s']:.2f}x the rate")
+        diffs, beyond = [], 0
+        for r in other["rows"]:
+            b = base_ok.get(r.key()[0])
+            if r.status != "ok" or b is None or not b.latency_us or not r.latency_us:
+                continue
+            rel = r.latency_us / b.latency_us - 1
+            noise = (b.measured.noise or 0) + (r.measured.noise or 0) if b.measured and r.measured else 0
+            diffs.append(abs(rel))
+            beyond += abs(rel) > max(noise, 0.01)
+        diffs.sort()
+        if diffs:
+            print(f"  latency: {len(diffs)} cases; |diff| median {100 * diffs[len(diffs) // 2]:.2f}%, "
+                  f"p95 {100 * diffs[int(0.95 * (len(diffs) - 1))]:.2f}%; {beyond} beyond max(noise, 1%)")
+    if args.json:
+        args.json.write_text(json.dumps([{k: v for k, v in r.items() if k != "rows"} for r in results], indent=1))
+
+
+if __name__ == "__main__":
+    main()
