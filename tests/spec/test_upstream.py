@@ -129,7 +129,8 @@ def test_mixed_old_and_new_cases_upgrade_together():
     ({"dtype_weight": "int4"}, "args.dtype_weight", "no descriptor equivalent"),
     ({"expert_distribution": "model_native"}, "args.expert_distribution", "has no equivalent"),
     ({"expert_parallel_size": 3}, "args.num_experts", "does not divide by expert_parallel_size=3"),
-    ({"world_size": 8}, "args.world_size", "has no equivalent in the descriptor format"),
+    ({"world_size": 8}, "args.world_size", "a multi-rank case has no equivalent yet"),
+    ({"input_seed": 43}, "args.input_seed", "has no equivalent in the descriptor format"),
     ({"num_tokens": 0}, "args.num_tokens", "not an integer >= 1"),
     ({"hidden": None}, "args.hidden", "missing"),
 ])
@@ -156,3 +157,10 @@ def test_to_json_reads_back_exactly_with_recipes_and_metadata(write_testlist):
     again = Case.model_validate(case.to_json())          # what a sweep ships to its worker processes
     assert again == case and again.metadata == {"owner": "perf"} and again.recipes == ["r1"]
     assert again.sources == ["o/m/q"]
+
+
+def test_world_size_one_is_dropped():
+    old = json.loads(json.dumps(OLD_MOE))
+    old["args"]["world_size"] = 1
+    (new,), _ = upgrade_cases([old], "f")
+    assert "world_size" not in json.dumps(new)

@@ -104,6 +104,11 @@ class _Case:
         return total // parts
 
     def leftovers(self) -> None:
+        if self.args.get("world_size") == 1:       # one rank: nothing to record
+            del self.args["world_size"]
+        elif "world_size" in self.args:
+            self.fail("world_size", f"{self.args.pop('world_size')!r}: a multi-rank case has no equivalent yet "
+                                    "(shapes here are per rank); give the per-rank sizes")
         for key in self.args:
             self.fail(key, "has no equivalent in the descriptor format; remove it or write the case by hand")
 
