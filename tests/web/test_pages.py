@@ -243,3 +243,20 @@ def test_serve_command_serves_and_refuses_a_busy_port(web_db):
     finally:
         proc.terminate()
         proc.wait(20)
+
+
+def test_empty_database_and_odd_documents(tmp_path):
+    from operatorx.store import Store
+
+    db = tmp_path / "empty.db"
+    Store(str(db)).close()
+    client = TestClient(create_app(Queries.open(str(db))))
+    for url in ("/", "/shape", "/compare"):
+        assert client.get(url).status_code == 200, url
+    assert client.get("/run/latest").status_code == 404
+    store = Store(str(db))                   # a run whose info holds the wrong types still shows
+    store.begin_run("odd", "2026-11-30T00:00:00+00:00", "t", "torch", "cpu",
+                    {"software": "not a mapping", "timing": [1], "git_sha": 7}, [])
+    store.close()
+    r = client.get("/run/odd")
+    assert r.status_code == 200 and _data(r.text)["rows"] == []
