@@ -149,3 +149,13 @@ def test_ab_table_and_markdown_are_escaped():
     assert "[/m]" in _render(ab_table(results))
     md = ab_markdown(results)
     assert "&lt;b&gt;\\|" in md and "<b>" not in md
+
+
+@pytest.mark.parametrize("width", [80, 100])
+def test_the_ab_table_fits_and_keeps_numbers_whole(width):
+    d = {"a_us": 10.123, "b_us": 9.87, "diff_us": -0.25, "ci_low_us": -0.3, "ci_high_us": -0.2, "verdict": "faster"}
+    results = [{"label": "moe T=2048 E=256 k=8 H=7168 I=2048 natural", "status": "ok", "host": d, "device": d,
+                "outputs": {"result": "same within bf16 bound (rel error 1.2e-3 <= 1e-2) and the end: THE-END"}}]
+    out = _render(ab_table(results), width)
+    assert max(len(line) for line in out.splitlines()) <= width
+    assert "THE-END" in out and "10.12" in out and "9.87" in out and "faster" in out and "[-0.30," in out

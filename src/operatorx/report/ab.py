@@ -7,6 +7,7 @@ from typing import Any, Optional
 
 from rich.table import Table
 
+from operatorx.report.fit import FitTable, column_options
 from operatorx.report.safe import md_cell, term
 from operatorx.report.table import fmt
 
@@ -28,10 +29,11 @@ def _clock(d: Optional[dict[str, Any]], styled: bool = True) -> list[str]:
 
 def ab_table(results: Iterable[dict[str, Any]], title: Optional[str] = None) -> Table:
     """One line per case of `ABResult.to_json()`; differences are B − A in µs with the CI."""
-    t = Table(title=title)
+    t = FitTable(title=title)
+    t.fold_column = "outputs"        # where the table cannot fit, the outputs/reason go below it, whole
     for name in _COLUMNS:
         t.add_column(name, justify="left" if name in ("case", "status", "outputs") else "right",
-                     overflow="fold")
+                     **column_options(name))
     for r in results:
         outputs = (r.get("outputs") or {}).get("result", "") if r["status"] == "ok" else (r.get("message") or "")
         t.add_row(term(r["label"]), term(r["status"]), *_clock(r.get("host")), *_clock(r.get("device")),

@@ -23,11 +23,12 @@ __all__ = ["FitTable", "column_options", "NO_WRAP_COLUMNS"]
 
 #: Columns whose cells are numbers or single words: never wrapped or folded.
 NO_WRAP_COLUMNS = frozenset({"#", "status", "side", "latency_us", "busy_us", "span_us", "gaps_us", "host_us",
-                             "TFLOP/s", "GB/s", "% peak", "rows", "state", "cases", "iqr_us"})
+                             "TFLOP/s", "GB/s", "% peak", "rows", "state", "cases", "iqr_us",
+                             "host A", "host B", "dev A", "dev B", "host", "device"})
 
 
 #: Columns kept at least as wide as their longest word, up to this many characters.
-_WHOLE_TOKENS = {"case": 20}
+_WHOLE_TOKENS = {"case": 20, "host B−A [CI]": 8, "dev B−A [CI]": 8}
 
 
 def _plain(cell: Any) -> str:
@@ -47,6 +48,18 @@ def column_options(name: str) -> dict[str, Any]:
 
 def _natural(column: Column) -> int:
     return max([len(_plain(column.header)), *(len(line) for cell in column.cells for line in _plain(cell).split("\n"))])
+
+
+def _fits(table: Table, console: Console, options: ConsoleOptions) -> bool:
+    """Whether rich lays the table out within the width without cutting a no-wrap column."""
+    if table.__rich_measure__(console, options).minimum > options.max_width:
+        return False
+    extra = table._extra_width
+    widths = table._calculate_column_widths(console, options.update_width(options.max_width - extra))
+    if sum(widths) + extra > options.max_width:
+        return False
+    pad = 2 if not table.collapse_padding else 1
+    return all(w - pad >= _natural(c) for w, c in zip(widths, table.columns, strict=True) if c.no_wrap)
 
 
 def _squeeze(table: Table, max_width: int) -> None:
@@ -91,13 +104,13 @@ class FitTable(Table):
             return
         table = self._keep_tokens_whole()
         names = [str(c.header) for c in table.columns]
-        if self.fold_column not in names or table.__rich_measure__(console, options).minimum <= options.max_width:
+        if self.fold_column not in names or _fits(table, console, options):
             yield table
             return
         at = names.index(self.fold_column)
         narrow = copy.copy(table)
         narrow.columns = [c for i, c in enumerate(table.columns) if i != at]
-        if narrow.__rich_measure__(console, options).minimum > options.max_width:
+        if not _fits(narrow, console, options):
             _squeeze(narrow, options.max_width)
         yield narrow
         index_cells = list(self.columns[0].cells) if self.columns else []
