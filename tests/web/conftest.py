@@ -62,9 +62,19 @@ def _slower(row: dict[str, Any], factor: float) -> dict[str, Any]:
     for key in ("tflops", "gbps"):
         if isinstance(m.get(key), (int, float)):
             m[key] /= factor
-    if isinstance(m.get("tflops"), (int, float)):      # as if on a device with a datasheet peak: ceilings drawn
+    if isinstance(m.get("tflops"), (int, float)):      # as if on a GPU: a datasheet peak, readings, kernels
         m["peak"] = {"compute_class": "bf16", "tflops": 1.0, "memory_gbps": 50.0, "source": "test peak"}
         m["pct_peak"] = 100 * max(m["tflops"] / 1.0, m["gbps"] / 50.0)
+        m["telemetry"] = {**m.get("telemetry", {}), "available": True,
+                          "sm_clock_mhz": {"min": 1965, "p50": 1980, "max": 1980},
+                          "power_w": {"min": 300.0, "p50": 420.0, "max": 560.0},
+                          "temperature_c": {"min": 40.0, "p50": 44.0, "max": 47.0}}
+        lat = m["latency_us"]
+        m["profile"] = {"calls": 8, "span_us_median": lat, "busy_us_median": lat * 0.97, "kernels": [
+            {"name": "sm90_xmma_gemm_bf16bf16_bf16f32", "count_per_call": 1.0, "device_us_per_call": lat * 0.9,
+             "device_us_median": lat * 0.9},
+            {"name": "<b>kernel</b>", "count_per_call": 1.0, "device_us_per_call": lat * 0.07,
+             "device_us_median": lat * 0.07}]}
     if isinstance(m.get("summary_us"), dict):
         m["summary_us"] = {k: (v * factor if k not in ("n", "cv", "median_noise") and isinstance(v, (int, float))
                                else v) for k, v in m["summary_us"].items()}

@@ -125,6 +125,12 @@ def test_case_page_draws_every_sample(page, server_url, web_db, tmp_path):
     sections = page.locator("section.case-section h2").all_inner_texts()
     assert {"How it stopped", "Telemetry", "Check"} <= set(sections)
     _shot(page, "case", tmp_path)
+    page.goto(f"{server_url}/case/{web_db.run_b}/{row['case_index']}")     # B's rows carry GPU-like parts
+    page.wait_for_selector("section[data-section='Kernel breakdown']")
+    kernels = page.locator("section[data-section='Kernel breakdown'] tbody tr")
+    assert kernels.count() == 2 and kernels.nth(1).locator("td").first.inner_text() == "<b>kernel</b>"
+    readings = page.locator("section[data-section='Telemetry'] table").first.inner_text()
+    assert "sm_clock_mhz" in readings and "1,980" in readings and "power_w" in readings
 
 
 def test_compare_page_ratio_table_and_plot(page, server_url, web_db, tmp_path):

@@ -111,7 +111,7 @@ class Queries:
         self._docs: OrderedDict[tuple[str, Any], dict[str, Any]] = OrderedDict()
         self._views: OrderedDict[tuple[str, Any], list[RowView]] = OrderedDict()
         self._max_docs = cache_documents
-        self.db: Optional[str] = None       # what --db said, when opened from it (the static build's workers reopen it)
+        self.db: Optional[str] = None       # the --db it was opened from (the static build's workers reopen it)
 
     @classmethod
     def open(cls, db: str) -> Queries:
@@ -134,7 +134,8 @@ class Queries:
         raise WebError(f"no run {run!r}")
 
     def _stamp(self, run: RunSummary) -> Any:
-        return None if run.state == "running" else (run.state, run.finished_at, run.rows)
+        counts = tuple(sorted(run.counts.items())) if run.counts else None
+        return None if run.state == "running" else (run.state, run.finished_at, run.rows, counts)
 
     def document(self, run: RunSummary) -> dict[str, Any]:
         stamp = self._stamp(run)
