@@ -161,15 +161,16 @@ def rows_table(rows: Iterable[RowLike], title: Optional[str] = None, message_wid
 
 def layers_table(rows: Iterable[RowLike]) -> Optional[Table]:
     """Host µs per call of each layer, one line per (case, layer); None when no row has layers."""
-    t = Table(title="host time by layer", show_lines=False)
+    t = FitTable(title="host time by layer", show_lines=False)
+    t.fold_column = "output vs public"
     for name, justify in (("#", "right"), ("case", "left"), ("layer", "left"), ("host_us", "right"),
                           ("iqr_us", "right"), ("output vs public", "left")):
-        t.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
+        t.add_column(name, justify=justify, **column_options(name))  # type: ignore[arg-type]
     any_layer = False
     for r in as_rows(rows):
         for name, info in ((r.host.layers if r.host else None) or {}).items():
             any_layer = True
             vs = info.get("error") or info.get("output_vs_public", {}).get("result") or info.get("same_as", "")
             t.add_row(str(r.case_index), term(r.case.label()), term(name), fmt(info.get("host_us_per_call"), 2),
-                      fmt(info.get("iqr_us"), 2), term(str(vs)[:80]))
+                      fmt(info.get("iqr_us"), 2), term(vs))
     return t if any_layer else None
