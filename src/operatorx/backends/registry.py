@@ -6,9 +6,11 @@ from collections.abc import Callable
 
 from operatorx.backends.base import Backend
 
-__all__ = ["register_backend", "get_backend", "backend_names"]
+__all__ = ["register_backend", "get_backend", "backend_names", "known_backend_names", "BUILTIN_BACKENDS"]
 
 _FACTORIES: dict[tuple[str, str], Callable[[], Backend]] = {}
+#: The backends that ship with OperatorX (registered when first asked for).
+BUILTIN_BACKENDS = ("torch", "vllm")
 _LOADED = False
 
 
@@ -50,3 +52,9 @@ def get_backend(name: str, op_type: str) -> Backend | None:
 def backend_names() -> list[str]:
     _load_builtins()
     return sorted({name for name, _ in _FACTORIES})
+
+
+def known_backend_names() -> list[str]:
+    """The names `backend_names` gives, without importing the built-in backends (and so torch):
+    what a sweep's parent process checks a `--backend` against."""
+    return sorted(set(BUILTIN_BACKENDS) | {name for name, _ in _FACTORIES})

@@ -72,10 +72,22 @@ def _check_trace_dir(trace_dir: Path, device: Optional[str], counters: bool) -> 
         raise ValueError(f"--trace {trace_dir}: exists and is not a directory")
 
 
+#: A run with more rows than this prints its summary and the rows that need a look, not every row:
+#: a terminal table of thousands of rows shows nothing (`results show` and the dashboard do).
+FULL_TABLE_ROWS = 200
+
+
 def print_outcome(outcome: RunOutcome, title: str, db: str, host: bool = False, headline: str = "span") -> None:
     """The table, the counts, where everything went, and how to resume a run that did not finish."""
     rows = [r.to_json() for r in outcome.rows]
-    _out.print(rows_table(rows, title=title, headline="busy" if headline == "busy" else "span"))
+    shown = rows if len(rows) <= FULL_TABLE_ROWS else [r for r in rows if r["status"] in ("error", "missing")][:50]
+    if shown:
+        if len(shown) < len(rows):
+            title = f"{title}: {len(shown)} of {len(rows)} rows (errors and missing cases)"
+        _out.print(rows_table(shown, title=title, headline="busy" if headline == "busy" else "span"))
+    if len(shown) < len(rows):
+        _out.print(f"all rows: operatorx results show {outcome.run_id} --db {plain(db)}", markup=False,
+                   highlight=False)
     layers = layers_table(rows) if host else None
     if layers is not None:
         _out.print(layers)

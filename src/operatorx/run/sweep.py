@@ -25,8 +25,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional, Protocol
 
-from operatorx.backends import backend_names
 from operatorx.backends.py_file import is_user_spec
+from operatorx.backends.registry import known_backend_names
 from operatorx.result import Row
 from operatorx.run.config import RunConfig
 from operatorx.run.job import ABJob, JobSpec
@@ -114,8 +114,8 @@ def _device_kind(requested: Optional[str]) -> str:
 
 
 def _check_backend(config: RunConfig) -> None:
-    if not is_user_spec(config.backend) and config.backend not in backend_names():
-        raise ValueError(f"--backend {config.backend}: no such backend (known: {', '.join(backend_names())}; "
+    if not is_user_spec(config.backend) and config.backend not in known_backend_names():
+        raise ValueError(f"--backend {config.backend}: no such backend (known: {', '.join(known_backend_names())}; "
                          "or py:FILE.py:FUNC, mod:PKG.MOD:FUNC@DIR)")
     if config.backend == "vllm":
         import importlib.util
