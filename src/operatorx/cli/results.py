@@ -16,6 +16,7 @@ from operatorx.report import rows_markdown, rows_table
 from operatorx.report.ab import ab_markdown, ab_table
 from operatorx.report.safe import plain
 from operatorx.store import RunNotFound, Store, StoreError, document_csv
+from operatorx.store.group import GROUP_PREFIX, group_document
 
 __all__ = ["results_app"]
 
@@ -39,8 +40,12 @@ def _open(db: str) -> Store:
 
 
 def _document(db: str, run: str) -> dict:
+    """A run's document, or a run group's (`group:NAME`: every shard of a sweep, merged)."""
     try:
-        return _open(db).document(run)
+        store = _open(db)
+        if run.startswith(GROUP_PREFIX):
+            return group_document(store, run[len(GROUP_PREFIX):])
+        return store.document(run)
     except RunNotFound as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(1) from None
@@ -99,7 +104,8 @@ def list_runs(db: str = _DB,
 
 
 @results_app.command("show")
-def show(run: str = typer.Argument("latest", help="Run id, unique prefix, or 'latest'."), db: str = _DB,
+def show(run: str = typer.Argument("latest", help="Run id, unique prefix, 'latest', or group:NAME (every shard "
+                                                "of a --run-group, merged)."), db: str = _DB,
          markdown: bool = typer.Option(False, "--markdown", help="Print a Markdown table instead.")) -> None:
     """A run's rows as a table."""
     doc = _document(db, run)
@@ -119,15 +125,20 @@ def show(run: str = typer.Argument("latest", help="Run id, unique prefix, or 'la
 
 
 @results_app.command("export")
-def export(run: str = typer.Argument("latest"), fmt: ExportFormat = typer.Option(ExportFormat.json, "--format"),
+def export(run: str = typer.Argument("latest", help="Run id, unique prefix, 'latest', or group:NAME."),
+           fmt: ExportFormat = typer.Option(ExportFormat.json, "--format"),
            output: Optional[str] = typer.Option(None, "-o", "--output", help="File to write; stdout if omitted."),
            db: str = _DB) -> None:
     """The run's result document (json) or its headline numbers (csv)."""
     doc = _document(db, run)
     text = json.dumps(doc, indent=1) + "\n" if fmt is ExportFormat.json else document_csv(doc)
     if output:
-        with open(output, "w") as f:
-            f.write(text)
+        try:
+            with open(output, "w") as f:
+                f.write(text)
+        except OSError as err:
+            typer.echo(f"error: -o {plain(output)}: cannot write there ({err.strerror or err})", err=True)
+            raise typer.Exit(2) from None
     else:
         typer.echo(text, nl=False)
 
