@@ -10,16 +10,17 @@ if [ ! -f /tmp/site/.operatorx-kits ]; then
 fi
 export PYTHONPATH=/tmp/site:$PWD/src
 nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,power.draw,temperature.gpu --format=csv
-run() { python3 -m operatorx run --db /tmp/ox.db --results-dir /tmp/res "$@" 2>&1 | grep -v "Warning\|INFO\|warn"; }
+run() { timeout "$1" python3 -m operatorx run --db /tmp/ox.db --results-dir /tmp/res "${@:2}" 2>&1 \
+  | grep -v "Warning\|INFO\|warn"; }
 case "${1:-all}" in
   tests)
     echo "== gpu tests"; timeout 240 python3 -m pytest -m gpu -q -p no:cacheprovider tests 2>&1 | tail -12 ;;
   kimi)
-    echo "== gemm_fp8 Kimi-K2 through vLLM"; timeout 150 run -t gemm_fp8 --backend vllm --filter Kimi-K2 --gpus 0 ;;
+    echo "== gemm_fp8 Kimi-K2 through vLLM"; run 150 -t gemm_fp8 --backend vllm --filter Kimi-K2 --gpus 0 ;;
   moe)
-    echo "== moe_small through vLLM, both GPUs"; timeout 300 run -t moe_small --backend vllm
+    echo "== moe_small through vLLM, both GPUs"; run 300 -t moe_small --backend vllm
     python3 -m operatorx results export latest --db /tmp/ox.db --format csv -o "$OUT/moe_small_vllm.csv" ;;
   all)
-    "$0" tests | tee "$OUT/tests.txt"; "$0" kimi | tee "$OUT/kimi.txt"; "$0" moe | tee "$OUT/moe.txt"
+    bash "$0" tests | tee "$OUT/tests.txt"; bash "$0" kimi | tee "$OUT/kimi.txt"; bash "$0" moe | tee "$OUT/moe.txt"
     cp /tmp/ox.db "$OUT/ox.db" ;;
 esac
