@@ -14,7 +14,7 @@ A forced routing distribution replaces the ids the router chose, after the route
 from __future__ import annotations
 
 import inspect
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 import torch
 import torch.nn.functional as F
@@ -52,7 +52,7 @@ class SharedMLP(nn.Module):
 
 
 class MoeBlock(nn.Module):
-    def __init__(self, gate: nn.Module, experts: nn.Module, shared: Optional[nn.Module]):
+    def __init__(self, gate: nn.Module, experts: nn.Module, shared: Optional[SharedMLP]):
         super().__init__()
         self.gate, self.experts, self.shared = gate, experts, shared
 
@@ -117,7 +117,8 @@ def build_block(args: MoeArgs, quant_config: Any, prefix: str) -> tuple[MoeBlock
         else:
             gate = ReplicatedLinear(h, e.num, bias=False, quant_config=None, prefix=f"{prefix}.gate")
         bias = nn.Parameter(torch.empty(e.num, dtype=torch.float32), requires_grad=False) if r.bias else None
-        gate.e_score_correction_bias = bias
+        # nn.Module.__setattr__'s stub takes Tensor | Module only; torch accepts None (plain attribute)
+        gate.e_score_correction_bias = bias  # type: ignore[assignment]
     shared = None
     if args.shared is not None:
         s = args.shared
@@ -213,7 +214,7 @@ def load_block(block: MoeBlock, args: MoeArgs, scheme: str, gen: torch.Generator
         bias = 0.1 * torch.randn(e.num, generator=gen, device="cuda", dtype=torch.float32)
         gate_tensors["e_score_correction_bias"] = bias
     load_params(block.gate, gate_tensors, "gate")
-    re = block.experts.routed_experts
+    re = cast(nn.Module, block.experts.routed_experts)    # FusedMoE's RoutedExperts (vLLM is untyped here)
     tensors, per_expert = expert_tensors(args, scheme, gen)
     if bias is not None and "e_score_correction_bias" in dict(re.named_parameters(recurse=False)):
         # vLLM 0.26's routed experts register the gate's correction bias as their own parameter too

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 import torch
+from torch import nn
 
 from operatorx.backends.base import Unsupported
 from operatorx.backends.vllm.common import built_metadata, class_name, kernel_of_linear, vllm_refusals
@@ -66,7 +67,7 @@ def build_moe(case: Case, args: MoeArgs, plan: Plan, stack: ExitStack) -> BuiltM
     built = BuiltMoe(block, RouterHook(None, None), torch.empty(0), {}, env, prefix)
     stack.callback(built.forget)
     runner = block.experts
-    re = runner.routed_experts
+    re = cast(nn.Module, runner.routed_experts)     # FusedMoE's RoutedExperts (vLLM is untyped here)
     qm = re.quant_method
     if plan.quantized and class_name(qm) == "UnquantizedFusedMoEMethod":
         raise Unsupported(f"vLLM built the experts unquantized under {plan.quant.cls if plan.quant else '-'}; "
@@ -88,7 +89,7 @@ def build_moe(case: Case, args: MoeArgs, plan: Plan, stack: ExitStack) -> BuiltM
         from operatorx.backends.torch.moe.routing import forced_ids
 
         forced = forced_ids(args.routing, args.tokens, args.experts.num, args.experts.top_k)
-    router = runner.router
+    router: Any = runner.router     # vLLM's router: its select_experts is replaced on the instance below
     built.hook = RouterHook(router.select_experts, forced.cuda() if forced is not None else None)
     router.select_experts = built.hook          # instance attribute shadows the method
 
@@ -134,7 +135,7 @@ def _metadata(args: MoeArgs, plan: Plan, block: MoeBlock, wiring: dict[str, Any]
                          plan, before, after, size, env),
         "wiring": wiring,
         "router": class_name(runner.router),
-        "experts": _kernel_facts(runner.routed_experts.quant_method),
+        "experts": _kernel_facts(cast(nn.Module, runner.routed_experts).quant_method),
         "routing": {"distribution": args.routing.name, "seed": args.routing.seed, "forced": forced,
                     "how": "router ran; its top-k ids replaced by the forced ones (its weights kept)" if forced
                     else "vLLM's router's own choice"},

@@ -96,24 +96,32 @@ class GroupedExperts:
                  stage: Callable[[str], AbstractContextManager[object]] = lambda name: nullcontext()):
         self.w, self.act, self.weight_on_input, self.has_zero = weights, activation, weight_on_input, has_zero
         self.fp8 = fp8_scales is not None
+        self.a1_scale: Optional[Scale]
+        self.a2_scale: Optional[Scale]
         self.a1_scale, self.a2_scale = fp8_scales if fp8_scales is not None else (None, None)
         self.stage = stage
         self.w1_t = weights.w1.transpose(1, 2)      # [E, W, rows1], column-major
         self.w2_t = weights.w2.transpose(1, 2)      # [E, I, W]
         if self.fp8:
-            self._mm, self.kernel = scaled_grouped_mm_fn()
+            mm, self.kernel = scaled_grouped_mm_fn()
         else:
-            self._mm, self.kernel = grouped_mm_fn()
-        if self._mm is None:
+            mm, self.kernel = grouped_mm_fn()
+        if mm is None:
             raise RuntimeError("this torch has no grouped GEMM (grouped_mm / _grouped_mm): not available")
+        self._mm: Callable[..., torch.Tensor] = mm
 
-    def _gemm(self, a: torch.Tensor, w_t: torch.Tensor, scales: Optional[torch.Tensor],
+    def _gemm(self, a: Optional[torch.Tensor], w_t: torch.Tensor, scales: Optional[torch.Tensor],
               a_scale: Optional[Scale], offs: torch.Tensor, pre: Optional[tuple[torch.Tensor, torch.Tensor]] = None
               ) -> torch.Tensor:
+        """`a` may be None only where `pre` (the already quantized rows and their scales) is given."""
         if not self.fp8:
             return self._mm(a, w_t, offs=offs)
         assert a_scale is not None and scales is not None
-        aq, sa = pre if pre is not None else quantize(a, "e4m3", a_scale, weight=False)
+        if pre is not None:
+            aq, sa = pre
+        else:
+            assert a is not None
+            aq, sa = quantize(a, "e4m3", a_scale, weight=False)
         return self._mm(aq, w_t, sa.reshape(-1), scales, offs)
 
     def __call__(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
@@ -121,10 +129,12 @@ class GroupedExperts:
         with self.stage("moe/permute"):
             p = permute(ids, self.w.num)
             pre = None
+            xs: Optional[torch.Tensor]
             if self.weight_on_input:
                 w_sorted = weights.reshape(-1).index_select(0, p.order)
                 xs = x.index_select(0, p.token) * w_sorted.to(x.dtype).unsqueeze(1)
             elif self.fp8:    # quantize the T tokens once, then move the fp8 rows (quantize-then-dispatch)
+                assert self.a1_scale is not None     # fp8 ⇔ fp8_scales given
                 xq, sx = quantize(x, "e4m3", self.a1_scale, weight=False)
                 xs = None
                 rows = xq.view(torch.uint8).index_select(0, p.token).view(xq.dtype)  # a byte gather

@@ -83,7 +83,8 @@ def _qdq(x: torch.Tensor, scale: Optional[Scale]) -> torch.Tensor:
     if scale is None:
         return x
     q, s = quantize(x, "e4m3", scale, weight=False)
-    return dequantize(q, s, scale.block(*x.shape, weight=False))
+    rows, cols = x.shape
+    return dequantize(q, s, scale.block(rows, cols, weight=False))
 
 
 def _routing(layer: MoeLayer, routed: RouterOutput, rows: int) -> tuple[torch.Tensor, torch.Tensor, int]:

@@ -9,7 +9,7 @@ another dtype.
 from __future__ import annotations
 
 import functools
-from typing import Literal, Optional, Union
+from typing import Literal, Optional, Union, cast
 
 import torch
 
@@ -144,5 +144,5 @@ def refusal(args: MoeArgs, device: str) -> Optional[str]:
                 return f"torch {torch.__version__} has no scaled_grouped_mm"
         elif major < 8:
             return f"torch's bf16 grouped_mm needs sm80 or newer; this device is sm{major}x"
-        return _alignment(args, scheme)
+        return _alignment(args, cast(Scheme, scheme))     # any other value was returned as a refusal above
     return f"device {device!r}: the torch MoE backend runs on cuda and cpu"
