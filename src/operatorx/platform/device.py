@@ -21,6 +21,10 @@ class DeviceInfo:
     driver: Optional[str] = None
     runtime: Optional[str] = None   # "cuda 13.0" or "hip 6.4"
     cpu_threads: Optional[int] = None
+    uuid: Optional[str] = None
+    """The GPU's UUID (`GPU-...`), which names the card across processes and reboots."""
+    pci_bus_id: Optional[str] = None
+    """`domain:bus:device` in hex, as NVML and nvidia-smi print it."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -68,4 +72,21 @@ def describe_device(kind: str) -> DeviceInfo:
         capability=f"{props.major}.{props.minor}",
         driver=_nvml_driver(),
         runtime=f"hip {hip}" if hip else f"cuda {torch.version.cuda}",
+        uuid=_gpu_uuid(props),
+        pci_bus_id=_pci_bus_id(props),
     )
+
+
+def _gpu_uuid(props: Any) -> Optional[str]:
+    uuid = getattr(props, "uuid", None)
+    if uuid is None:
+        return None
+    text = str(uuid)
+    return text if text.startswith("GPU-") else f"GPU-{text}"
+
+
+def _pci_bus_id(props: Any) -> Optional[str]:
+    try:
+        return f"{int(props.pci_domain_id):08x}:{int(props.pci_bus_id):02x}:{int(props.pci_device_id):02x}.0"
+    except (AttributeError, TypeError, ValueError):
+        return None

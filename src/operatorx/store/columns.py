@@ -105,7 +105,7 @@ def run_values(info: dict[str, Any]) -> dict[str, Any]:
     return {
         "kind": _str(info.get("kind")) or "run",
         "host": _str(info.get("host")),
-        "gpu_name": _str(device.get("name")),                 # the CPU's name on CPU runs
+        "gpu_name": _str(device.get("name")) if device.get("kind") != "cpu" else None,   # a CPU is no GPU
         "gpu_uuid": _str(device.get("uuid")),
         "gpu_pci_bus_id": _str(device.get("pci_bus_id")),
         "driver": _str(info.get("driver")) or _str(device.get("driver")),
