@@ -83,16 +83,15 @@ class RaySlot:
             ready, _ = ray.wait([ref], timeout=0.25)
             if ready:
                 break
-            if stop.is_set():
-                return self._lost(index, "interrupted", t0, "stopped by a signal")
             if time.monotonic() > limit:
                 return self._lost(index, "timeout", t0, f"the actor gave no answer within {deadline_s:.0f} s "
                                                         "plus its margin")
         try:
             data = ray.get(ref, timeout=30)
         except (RayActorError, GetTimeoutError) as err:
-            self.worker = None
-            return CaseOutcome(index=index, failure="crashed", worker_replaced=True, seconds=time.monotonic() - t0,
+            self.worker = None                     # after a stop signal: killed when its grace ran out
+            return CaseOutcome(index=index, failure="interrupted" if stop.is_set() else "crashed",
+                               worker_replaced=True, seconds=time.monotonic() - t0,
                                detail=f"the Ray actor died: {type(err).__name__}: {str(err).splitlines()[0]}")
         outcome = CaseOutcome(**data)
         if outcome.worker_replaced:

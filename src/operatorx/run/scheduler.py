@@ -129,14 +129,15 @@ class Scheduler:
                    for s in self.slots]
         for t in threads:
             t.start()
-        live = len(threads)
+        live, killed = len(threads), False
         try:
             while live:
                 if self.stop.is_set() and self.stopped_at is None:
                     self.stopped_at = time.monotonic()
                     with self._lock:
                         self._lock.notify_all()
-                if self.stopped_at is not None and time.monotonic() - self.stopped_at > self.grace_s:
+                if not killed and self.stopped_at is not None and time.monotonic() - self.stopped_at > self.grace_s:
+                    killed = True
                     for s in self.slots:      # grace is over: the cases in flight end as `interrupted`
                         s.kill()
                 try:

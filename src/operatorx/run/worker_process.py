@@ -127,15 +127,14 @@ class WorkerProcess:
                                    seconds=time.monotonic() - t0)
             if msg is not None:
                 continue                               # `started`, or a stray line
-            if stop.is_set():
-                return self._failure(index, "interrupted", t0)
             if not self.alive() and self._inbox.empty():
-                return self._failure(index, "crashed", t0)
+                # after a stop signal the scheduler kills the workers whose grace ran out: not a crash
+                return self._failure(index, "interrupted" if stop.is_set() else "crashed", t0)
             if time.monotonic() >= deadline:
                 return self._failure(index, "timeout", t0, f"no row after {deadline_s:.0f} s (--case-timeout)")
 
     def _failure(self, index: int, failure: str, t0: float, why: str = "") -> CaseOutcome:
-        if failure != "crashed":
+        if failure == "timeout":
             self.kill()
         else:
             self.wait(5.0)
