@@ -83,3 +83,25 @@ def test_moe_per_channel_needs_compressed_tensors_or_runs(backends) -> None:
         assert "compressed_tensors" in str(err) or "vLLM refused" in str(err)
         return
     assert prepared is not None and check.ok, check
+
+
+def test_moe_gives_its_memory_back_over_20_cases(backends) -> None:
+    """After release, torch's allocated device memory is where it was before prepare, case after
+    case (vLLM's shared MoE workspace included): a sweep's later cases never pay for earlier ones."""
+    import torch
+
+    _, moe = backends
+    cases = [moe_case(scheme, style, tokens=tokens, hidden=1024, inter=512, num=32, top_k=8)
+             for scheme in ("bf16", "fp8_block") for style in ("deepseek", "qwen") for tokens in (1, 64, 512, 2048, 4)]
+    assert len(cases) == 20
+    _run(moe, cases[-1])        # the first MoE of a process sets vLLM up (distributed state, kernels): not a case's
+    for case in cases:
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        prepared, check = _run(moe, case)
+        assert prepared is not None, check
+        del prepared
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        left = torch.cuda.memory_allocated() - before
+        assert left < 8 * 2**20, (case.label(), left)

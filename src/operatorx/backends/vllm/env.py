@@ -129,6 +129,16 @@ class VllmEnv:
         self.capture_sizes = list(getattr(cfg.compilation_config, "cudagraph_capture_sizes", None)
                                   or capture_sizes())
 
+    def drop_workspace(self) -> None:
+        """Give back the workspace vLLM's modular MoE kernels share. It grows to the largest batch
+        seen and is kept for the process's life (a server sizes it once); a benchmark that releases
+        a case must not leave it behind for the next one (336 MiB after a DeepSeek layer at T=2048)."""
+        import torch
+        from vllm.v1.worker.workspace import init_workspace_manager, reset_workspace_manager
+
+        reset_workspace_manager()
+        init_workspace_manager(torch.device("cuda"))
+
     @classmethod
     def get(cls) -> VllmEnv:
         with cls._lock:

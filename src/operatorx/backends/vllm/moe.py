@@ -16,6 +16,7 @@ from operatorx.backends.base import Check, Prepared
 from operatorx.backends.torch.memory import require_memory
 from operatorx.backends.vllm import quant_map
 from operatorx.backends.vllm.common import VllmBackendBase
+from operatorx.backends.vllm.env import VllmEnv
 from operatorx.spec import Case
 from operatorx.spec.moe import MoeArgs
 
@@ -94,6 +95,7 @@ def _prepared(args: MoeArgs, plan: quant_map.Plan, built: Any, stack: ExitStack)
                 b.forget()
         finally:
             stack.close()
+            VllmEnv.get().drop_workspace()
 
     return Prepared(fn=fn, check=check, metadata=built.metadata, release=release,
                     min_bytes=args.min_bytes(experts_hit=built.metadata["experts_hit"]),
