@@ -97,7 +97,7 @@ class RunConfig:
     ray_address: Optional[str] = None
     leak_limit_device_mib: float = 256.0
     """Device memory a case may leave allocated after its release before its worker is replaced."""
-    leak_limit_host_mib: float = 1024.0
+    leak_limit_host_mib: float = 2048.0
     """Host memory (resident set growth) a case may leave behind before its worker is replaced."""
 
     def __post_init__(self) -> None:

@@ -82,10 +82,31 @@ class _RunJob:
         self.runner = CaseRunner(config=config, device=device, timer=timer, telemetry=telemetry, l2_check=l2_check,
                                  run_id=spec.run_id, peaks=peaks_for(device.name) if device_kind == "cuda" else None,
                                  testlist=spec.testlist)
-        self.info = {**run_info(device), "l2_check": l2_check, "device_kind": device_kind}
+        self.info = {**run_info(device), "l2_check": l2_check, "device_kind": device_kind,
+                     "backend_warmup": _warm_backend(config.backend, device_kind)}
 
     def run(self, case: Case, index: int) -> Row:
         return self.runner.run(case, index)
+
+
+def _warm_backend(backend: str, device_kind: str) -> Optional[str]:
+    """Import the backend's framework (vLLM's process state, the user's module) before the first
+    case: its one-time cost in host memory (about 1 GiB for vLLM) and time then belongs to the worker,
+    not to whichever case happens to come first, and the memory check sees only what cases keep.
+    Returns why warming failed (the cases will say it again, each as its own row)."""
+    try:
+        if backend == "vllm" and device_kind == "cuda":
+            from operatorx.backends.vllm.env import VllmEnv, vllm_missing
+
+            if vllm_missing() is None:
+                VllmEnv.get()
+        elif backend.startswith(("py:", "mod:")):
+            from operatorx.backends.py_file import load_user_function
+
+            load_user_function(backend)
+    except Exception as err:  # noqa: BLE001 - not the worker's failure: each case reports its own
+        return f"{type(err).__name__}: {str(err).strip()[:300]}"
+    return None
 
 
 class _ABJob:
