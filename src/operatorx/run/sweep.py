@@ -182,7 +182,10 @@ class _Sink:
         if first:                                  # the run's provenance: where its first worker ran
             patch.update({k: v for k, v in info.items() if k != "l2_check"})
             patch["l2_check"] = info.get("l2_check")
-        self.store.update_run_info(self.spec.run_id, patch)
+        try:
+            self.store.update_run_info(self.spec.run_id, patch)
+        except StoreError as err:                  # provenance is the run's; a busy store must not end it
+            self.reporter.note(f"{slot}: where it runs was not stored ({err})")
         self.reporter.worker_ready(slot, info)
 
     def case_started(self, slot: str, task: Task) -> None:
