@@ -19,10 +19,10 @@ def test_the_shards_of_a_group_merge_into_the_whole_list(tmp_path, write_testlis
               "--executor", "inline", "--min-samples", "3", "--warmup-calls", "1", "--max-time", "0",
               "--run-group", "nightly"]
     per_shard = []
-    for i in range(2):
-        done = runner.invoke(app, [*common, "--shard", f"{i}/2"])
+    for i in range(2):                          # two runs may start in the same second: name them
+        done = runner.invoke(app, [*common, "--shard", f"{i}/2", "--run-id", f"nightly-{i}"])
         assert done.exit_code == 0, done.output
-        exported = runner.invoke(app, ["results", "export", "latest", "--db", db])
+        exported = runner.invoke(app, ["results", "export", f"nightly-{i}", "--db", db])
         per_shard.append({r["op"]["args"]["m"] for r in json.loads(exported.output)["rows"]})
     assert per_shard[0] and per_shard[1] and not (per_shard[0] & per_shard[1])
     merged = runner.invoke(app, ["results", "export", "group:nightly", "--db", db])
