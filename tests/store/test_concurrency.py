@@ -20,7 +20,8 @@ T0 = "2026-11-30T00:00:00"
 
 def _spawn(tmp_path: Path, name: str, code: str, *args: str) -> subprocess.Popen[str]:
     script = tmp_path / f"{name}.py"
-    script.write_text(textwrap.dedent(code))
+    if not script.exists():        # written once: rewriting it while an earlier process reads it runs an empty file
+        script.write_text(textwrap.dedent(code))
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     return subprocess.Popen([sys.executable, str(script), *args], env=env, cwd=ROOT, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
