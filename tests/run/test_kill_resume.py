@@ -27,7 +27,7 @@ def _testlist(tmp_path: Path, write_testlist) -> Path:
 
 def _start(tmp_path: Path, testlist: Path, *extra: str) -> subprocess.Popen[str]:
     cmd = [sys.executable, "-m", "operatorx", "run", "-t", str(testlist), "--device", "cpu",
-           "--backend", f"py:{PLANTED}:build[slow_s=0.05]", "--db", str(tmp_path / "ox.db"),
+           "--backend", f"py:{PLANTED}:build[slow_s=0.2]", "--db", str(tmp_path / "ox.db"),
            "--results-dir", str(tmp_path / "res"), "--min-samples", "3", "--warmup-calls", "1", "--max-time", "0",
            *extra]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
