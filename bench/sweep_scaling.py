@@ -31,6 +31,31 @@ def _run(testlist: str, limit: int, gpus: str, db: str, extra: list[str]) -> tup
     return Store(db, create=False).resolve_run("latest"), wall_s
 
 
+def _where_time_goes(rows: list) -> None:
+    """The cases' own phase seconds (case_seconds), the retried (capped) cases, the slowest cases."""
+    phases: dict[str, float] = {}
+    for r in rows:
+        for name, sec in (r.case_seconds.model_dump() if r.case_seconds else {}).items():
+            if sec is not None:
+                phases[name] = phases.get(name, 0.0) + sec
+    print("  case seconds by phase: " + ", ".join(f"{k} {v:.1f}" for k, v in sorted(phases.items())))
+    ok = [r for r in rows if r.status == "ok" and r.measured]
+    sources = {}
+    for r in ok:
+        src = (r.measured.timing.model_dump().get("activity_source") if r.measured.timing else None) or "-"
+        sources[src] = sources.get(src, 0) + 1
+    retried = [r for r in ok if r.conditions and r.conditions.telemetry
+               and len(r.conditions.telemetry.model_dump().get("attempts") or []) > 1]
+    retried_s = sum(r.case_seconds.total for r in retried if r.case_seconds and r.case_seconds.total)
+    batches = [r.measured.timing.batches for r in ok if r.measured.timing and r.measured.timing.batches]
+    print(f"  ok rows by activity source {sources}; batches per ok case mean "
+          f"{sum(batches) / max(1, len(batches)):.2f}; {len(retried)} cases retried (capped), {retried_s:.1f} s")
+    slow = sorted((r for r in rows if r.case_seconds and r.case_seconds.total), key=lambda r: -r.case_seconds.total)
+    for r in slow[:8]:
+        print(f"    {r.case_seconds.total:6.2f} s  {r.status:11s} {r.case.label()[:60]}  "
+              f"latency {r.latency_us or 0:.1f} us")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--testlist", default="gemm")
@@ -48,23 +73,28 @@ def main() -> None:
         results.append({"gpus": gpus, "run_id": run_id, "wall_s": wall_s, "cases_per_s": len(rows) / wall_s,
                         "counts": counts, "rows": rows})
         print(f"--gpus {gpus}: {len(rows)} cases in {wall_s:.1f} s = {len(rows) / wall_s:.2f} cases/s {counts}")
+        _where_time_goes(rows)
     base = results[0]
     base_ok = {r.key()[0]: r for r in base["rows"] if r.status == "ok"}
     for other in results[1:]:
         print(f"--gpus {other['gpus']} vs {base['gpus']}: {other['cases_per_s'] / base['cases_per_s']:.2f}x the rate")
-        diffs, beyond = [], 0
-        for r in other["rows"]:
-            b = base_ok.get(r.key()[0])
-            if r.status != "ok" or b is None or not b.latency_us or not r.latency_us:
-                continue
-            rel = r.latency_us / b.latency_us - 1
-            noise = (b.measured.noise or 0) + (r.measured.noise or 0) if b.measured and r.measured else 0
-            diffs.append(abs(rel))
-            beyond += abs(rel) > max(noise, 0.01)
-        diffs.sort()
-        if diffs:
-            print(f"  latency: {len(diffs)} cases; |diff| median {100 * diffs[len(diffs) // 2]:.2f}%, "
-                  f"p95 {100 * diffs[int(0.95 * (len(diffs) - 1))]:.2f}%; {beyond} beyond max(noise, 1%)")
+        for what in ("span", "busy"):
+            diffs, beyond = [], 0
+            for r in other["rows"]:
+                b = base_ok.get(r.key()[0])
+                if r.status != "ok" or b is None or not b.measured or not r.measured:
+                    continue
+                x, y = (b.latency_us, r.latency_us) if what == "span" else (b.measured.busy_us, r.measured.busy_us)
+                if not x or not y:
+                    continue
+                rel = y / x - 1
+                noise = (b.measured.noise or 0) + (r.measured.noise or 0)
+                diffs.append(abs(rel))
+                beyond += abs(rel) > max(noise, 0.01)
+            diffs.sort()
+            if diffs:
+                print(f"  {what}: {len(diffs)} cases; |diff| median {100 * diffs[len(diffs) // 2]:.2f}%, "
+                      f"p95 {100 * diffs[int(0.95 * (len(diffs) - 1))]:.2f}%; {beyond} beyond max(noise, 1%)")
     if args.json:
         args.json.write_text(json.dumps([{k: v for k, v in r.items() if k != "rows"} for r in results], indent=1))
 

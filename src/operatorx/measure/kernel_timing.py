@@ -87,8 +87,8 @@ _profiler_ready = False
 
 
 def _warm_profiler() -> None:
-    """The first profiler session of a process initializes CUPTI (seconds): do it outside any
-    case's timed window, so the per-case time cap is not spent on it."""
+    """The process's first batch starts CUPTI (about a second): do it outside any case's timed
+    window, so the per-case time cap is not spent on it."""
     global _profiler_ready
     if not _profiler_ready:
         import torch
@@ -183,7 +183,11 @@ class KernelTiming:
                                     f"({starved} calls): the op cannot be fed fast enough to time its device work")
         import numpy as np
 
-        details = {**self.flusher.to_json(), "spin": s.spin, "batches": batches, "batch_size": s.batch_size,
+        from operatorx.measure.activity import fallback_reason
+
+        details = {**self.flusher.to_json(), "spin": s.spin,
+                   "activity_source": batch.source if batch is not None else None,
+                   "activity_fallback": fallback_reason(), "batches": batches, "batch_size": s.batch_size,
                    "starved_calls_dropped": starved, "starved_gap_us": STARVED_GAP_NS / 1e3,
                    "spin_short_batches": spin_short, "unattributed_activities": unattributed,
                    "enqueue_us_per_call": enqueue_s * 1e6, "pause_s": pause_s,

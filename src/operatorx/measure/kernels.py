@@ -28,16 +28,30 @@ _DEVICE_CATEGORIES = ("kernel", "gpu_memset", "gpu_memcpy")
 
 def export_trace(batch: TraceBatch, path: Path) -> Path:
     """Write the batch's trace as Chrome-trace JSON (Perfetto opens it). Flush and spin kernels are
-    in it too, under the `ox.flush` / `ox.spin` ranges; the calls are under `ox.call`."""
+    in it too, under the `ox.flush` / `ox.spin` ranges; the calls are under `ox.call`. Kineto's
+    writer does it: a run with `--trace` records with Kineto (measure/activity.py)."""
+    if batch.profiler is None:
+        raise ValueError(f"a {batch.source} batch has no trace writer; record with Kineto to export traces")
     path.parent.mkdir(parents=True, exist_ok=True)
     batch.profiler.export_chrome_trace(str(path))
     return path
 
 
 def _launch_shapes(batch: TraceBatch) -> dict[str, dict[str, Any]]:
-    """Kernel name -> launch shape, from the trace export (the in-memory events do not carry it)."""
-    if batch.profiler is None:
-        return {}
+    """Kernel name -> launch shape: from the CUPTI records themselves, or from Kineto's trace
+    export (its in-memory events do not carry it)."""
+    from_records = {}
+    for call in batch.calls:
+        for a in call.activities:
+            if a.shape is not None and a.name not in from_records:
+                from_records[a.name] = {"grid": list(a.shape.grid), "block": list(a.shape.block),
+                                        "registers_per_thread": a.shape.registers_per_thread,
+                                        "shared_memory_bytes": a.shape.static_shared_memory_bytes
+                                        + a.shape.dynamic_shared_memory_bytes,
+                                        "dynamic_shared_memory_bytes": a.shape.dynamic_shared_memory_bytes,
+                                        "static_shared_memory_bytes": a.shape.static_shared_memory_bytes}
+    if from_records or batch.profiler is None:
+        return from_records
     fd, name = tempfile.mkstemp(prefix="operatorx-trace-", suffix=".json")
     os.close(fd)
     try:

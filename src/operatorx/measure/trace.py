@@ -1,6 +1,7 @@
-"""One batch of timed calls under CUPTI (torch.profiler / Kineto), and which device work was whose.
+"""One batch of timed calls with CUPTI's activity records, and which device work was whose.
 
-The harness marks its own host-side steps with ranges: `ox.spin` (the GPU spin that lets the
+The records come from the process's activity session (measure/activity.py). The harness marks
+its own host-side steps with ranges: `ox.spin` (the GPU spin that lets the
 host enqueue ahead), `ox.flush` (the L2 flush) and `ox.call` (one call of the op). Every device
 activity (kernel, memset, memcpy) carries the CUPTI correlation id of the runtime or driver API
 call that launched it (`cudaLaunchKernel`, `cuLaunchKernelEx`, `cudaGraphLaunch`, ...); that
@@ -20,17 +21,32 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-__all__ = ["RANGE_CALL", "RANGE_FLUSH", "RANGE_SPIN", "STARVED_GAP_NS", "Activity", "CallTrace", "TraceBatch",
-           "attribute", "trace_batch"]
+__all__ = ["RANGE_CALL", "RANGE_FLUSH", "RANGE_SPIN", "STARVED_GAP_NS", "Activity", "CallTrace", "HostRange",
+           "LaunchShape", "TraceBatch", "attribute", "attribute_launches", "run_marked_loop", "trace_batch"]
 
 RANGE_SPIN, RANGE_FLUSH, RANGE_CALL = "ox.spin", "ox.flush", "ox.call"
 _HARNESS_RANGES = (RANGE_SPIN, RANGE_FLUSH, RANGE_CALL)
 #: Launch APIs are the CPU-side events whose names start so (CUDA runtime, CUDA driver, HIP).
 _LAUNCH_API_PREFIXES = ("cu", "hip")
 STARVED_GAP_NS = 5_000
+
+
+HostRange = tuple[int, int, str]
+"""A harness range on the host: (start ns, end ns, name), in the clock the launch records use."""
+
+
+@dataclass(frozen=True)
+class LaunchShape:
+    """How a kernel was launched, from its CUPTI record (the breakdown shows it per kernel)."""
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    registers_per_thread: int
+    static_shared_memory_bytes: int
+    dynamic_shared_memory_bytes: int
 
 
 @dataclass(frozen=True)
@@ -40,6 +56,8 @@ class Activity:
     start_ns: int
     end_ns: int
     correlation_id: int
+    shape: Optional[LaunchShape] = None
+    """Kernels read from CUPTI directly carry it; Kineto's in-memory events do not."""
 
     @property
     def duration_ns(self) -> int:
@@ -88,83 +106,102 @@ class TraceBatch:
     enqueue_s_per_call: float
     """Host seconds per iteration (flush + call) under the profiler, to size the next spin."""
     profiler: Any = None
-    """The torch.profiler object, kept for the per-kernel breakdown and `--trace` export."""
+    """The torch.profiler object (Kineto source only), kept for launch shapes and `--trace` export."""
+    source: str = "kineto"
+    """Which records: `cupti-python` (one CUPTI session for the process) or `kineto` (torch.profiler)."""
+    ranges: list[HostRange] = field(default_factory=list)
+    """The harness ranges on the host (CUPTI source), for the `--trace` export."""
+    device: list[tuple[Activity, Optional[int]]] = field(default_factory=list)
+    """Every device activity of the batch with its launch time (CUPTI source), for the `--trace` export."""
 
 
-def _ranges(events: Sequence[Any], cpu: Any) -> tuple[list[int], list[tuple[int, int, str, int]]]:
-    """Sorted harness ranges on the host as (start, end, name, call index); call index -1 for spin/flush."""
-    ranges = sorted((e.start_ns(), e.end_ns(), e.name()) for e in events
-                    if e.device_type() == cpu and e.is_user_annotation() and e.name() in _HARNESS_RANGES)
-    out, calls = [], 0
-    for start, end, name in ranges:
-        out.append((start, end, name, calls if name == RANGE_CALL else -1))
-        calls += name == RANGE_CALL
-    return [r[0] for r in out], out
+def attribute_launches(ranges: Sequence[HostRange], device: Sequence[tuple[Activity, Optional[int]]]
+                       ) -> tuple[list[CallTrace], int, int]:
+    """(calls, harness activity count, unattributed count): each device activity, given the host
+    time of the API call that launched it (None when unknown), goes to the range that call lies in.
 
-
-def attribute(events: Iterable[Any], cpu: Any, cuda: Any) -> tuple[list[CallTrace], int, int]:
-    """(calls, harness activity count, unattributed count) from Kineto events.
-
-    `events` are torch's `_KinetoEvent`s (or anything with the same methods): name(),
-    device_type(), correlation_id(), linked_correlation_id(), start_ns(), end_ns(),
-    is_user_annotation(). Host ops and runtime calls have separate id spaces, hence two maps.
+    The one rule both record sources share (CUPTI records read directly, or Kineto's events): a
+    kernel belongs to call i because it was launched inside call i's range.
     """
-    events = list(events)
-    starts, ranges = _ranges(events, cpu)
-    launch_at: dict[int, int] = {}
-    op_at: dict[int, int] = {}
-    device: list[Activity] = []
-    for e in events:
-        if e.is_user_annotation():
-            continue
-        if e.device_type() == cuda:
-            device.append(Activity(e.name(), e.start_ns(), e.end_ns(), e.correlation_id()))
-            continue
-        if e.device_type() != cpu:
-            continue
-        (launch_at if e.name().startswith(_LAUNCH_API_PREFIXES) else op_at)[e.correlation_id()] = e.start_ns()
-    linked = {e.correlation_id(): e.linked_correlation_id() for e in events
-              if e.device_type() == cuda and not e.is_user_annotation()}
-    n_calls = sum(r[2] == RANGE_CALL for r in ranges)
+    ordered = sorted(ranges)
+    starts = [r[0] for r in ordered]
+    call_of: list[int] = []
+    n_calls = 0
+    for _, _, name in ordered:
+        call_of.append(n_calls if name == RANGE_CALL else -1)
+        n_calls += name == RANGE_CALL
     calls = [CallTrace() for _ in range(n_calls)]
     owner: dict[int, int] = {}          # index in `device` -> call index, or -1 for harness
     harness = unattributed = 0
-    for i, act in enumerate(device):
-        at = launch_at.get(act.correlation_id)
-        if at is None:
-            at = op_at.get(linked.get(act.correlation_id, 0))
+    for i, (act, at) in enumerate(device):
         k = bisect.bisect_right(starts, at) - 1 if at is not None else -1
-        if k < 0 or at > ranges[k][1]:                       # type: ignore[operator]
+        if at is None or k < 0 or at > ordered[k][1]:
             unattributed += 1
             continue
-        call = ranges[k][3]
+        call = call_of[k]
         owner[i] = call
         if call < 0:
             harness += 1
         else:
             calls[call].activities.append(act)
     # idle device time before each activity: its start minus the latest end of anything that started earlier
-    order = sorted(range(len(device)), key=lambda i: device[i].start_ns)
+    order = sorted(range(len(device)), key=lambda i: device[i][0].start_ns)
     reach: Optional[int] = None
     first_seen: set[int] = set()
     for i in order:
+        act = device[i][0]
         owned = owner.get(i)
         if owned is not None and owned >= 0 and reach is not None:
-            gap = max(0, device[i].start_ns - reach)
+            gap = max(0, act.start_ns - reach)
             if owned not in first_seen:
                 calls[owned].gap_before_ns = gap
             calls[owned].max_gap_ns = max(calls[owned].max_gap_ns, gap)
         if owned is not None and owned >= 0:
             first_seen.add(owned)
-        reach = device[i].end_ns if reach is None else max(reach, device[i].end_ns)
+        reach = act.end_ns if reach is None else max(reach, act.end_ns)
     for c in calls:
         c.activities.sort(key=lambda a: a.start_ns)
     return calls, harness, unattributed
 
 
-def trace_batch(call: Callable[[], Any], n: int, flush: Optional[Callable[[], None]], spin_cycles: int,
-                pause_s: float = 0.0, pause_spin_cycles: int = 0) -> TraceBatch:
-    """Run `n` iterations of [flush, call] under the profiler and attribute the device work.
+def attribute(events: Iterable[Any], cpu: Any, cuda: Any) -> tuple[list[CallTrace], int, int]:
+    """`attribute_launches` over Kineto events.
+
+    `events` are torch's `_KinetoEvent`s (or anything with the same methods): name(),
+    device_type(), correlation_id(), linked_correlation_id(), start_ns(), end_ns(),
+    is_user_annotation(). Host ops and runtime calls have separate id spaces, hence two maps: a
+    kernel whose launch record is missing falls back to the host op that launched it.
+    """
+    events = list(events)
+    ranges = [(e.start_ns(), e.end_ns(), e.name()) for e in events
+              if e.device_type() == cpu and e.is_user_annotation() and e.name() in _HARNESS_RANGES]
+    launch_at: dict[int, int] = {}
+    op_at: dict[int, int] = {}
+    device: list[tuple[Activity, int]] = []
+    linked: dict[int, int] = {}
+    for e in events:
+        if e.is_user_annotation():
+            continue
+        if e.device_type() == cuda:
+            device.append((Activity(e.name(), e.start_ns(), e.end_ns(), e.correlation_id()), 0))
+            linked[e.correlation_id()] = e.linked_correlation_id()
+            continue
+        if e.device_type() != cpu:
+            continue
+        (launch_at if e.name().startswith(_LAUNCH_API_PREFIXES) else op_at)[e.correlation_id()] = e.start_ns()
+    resolved: list[tuple[Activity, Optional[int]]] = []
+    for act, _ in device:
+        at = launch_at.get(act.correlation_id)
+        resolved.append((act, at if at is not None else op_at.get(linked.get(act.correlation_id, 0))))
+    return attribute_launches(ranges, resolved)
+
+
+def run_marked_loop(mark: Callable[[str], AbstractContextManager[Any]], call: Callable[[], Any], n: int,
+                    flush: Optional[Callable[[], None]], spin_cycles: int, pause_s: float = 0.0,
+                    pause_spin_cycles: int = 0) -> float:
+    """The host side of one batch, the same whatever records it: `n` iterations of [flush, call],
+    each step inside its harness range (`mark(name)`), behind one GPU spin. Returns the host
+    seconds per iteration (to size the next spin); the caller synchronizes.
 
     With `pause_s` > 0 each iteration is its own short queue (spin, flush, call, synchronize,
     sleep): the GPU rests between calls, as the throttle retry wants.
@@ -172,29 +209,31 @@ def trace_batch(call: Callable[[], Any], n: int, flush: Optional[Callable[[], No
     import time
 
     import torch
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile, record_function
 
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        if spin_cycles > 0:
-            with record_function(RANGE_SPIN):
-                torch.cuda._sleep(spin_cycles)
-        t0 = time.perf_counter()
-        for _ in range(n):
-            if pause_s > 0 and pause_spin_cycles > 0:
-                with record_function(RANGE_SPIN):
-                    torch.cuda._sleep(pause_spin_cycles)
-            if flush is not None:
-                with record_function(RANGE_FLUSH):
-                    flush()
-            with record_function(RANGE_CALL):
-                call()
-            if pause_s > 0:
-                torch.cuda.synchronize()
-                time.sleep(pause_s)
-        enqueue_s = (time.perf_counter() - t0) / n
-        torch.cuda.synchronize()
-    calls, harness, unattributed = attribute(prof.profiler.kineto_results.events(), DeviceType.CPU, DeviceType.CUDA)
-    return TraceBatch(calls=calls, harness_activities=harness, unattributed=unattributed,
-                      enqueue_s_per_call=enqueue_s, profiler=prof)
+    if spin_cycles > 0:
+        with mark(RANGE_SPIN):
+            torch.cuda._sleep(spin_cycles)
+    t0 = time.perf_counter()
+    for _ in range(n):
+        if pause_s > 0 and pause_spin_cycles > 0:
+            with mark(RANGE_SPIN):
+                torch.cuda._sleep(pause_spin_cycles)
+        if flush is not None:
+            with mark(RANGE_FLUSH):
+                flush()
+        with mark(RANGE_CALL):
+            call()
+        if pause_s > 0:
+            torch.cuda.synchronize()
+            time.sleep(pause_s)
+    return (time.perf_counter() - t0) / n
+
+
+def trace_batch(call: Callable[[], Any], n: int, flush: Optional[Callable[[], None]], spin_cycles: int,
+                pause_s: float = 0.0, pause_spin_cycles: int = 0) -> TraceBatch:
+    """Run `n` iterations of [flush, call] with device activity recorded, and attribute it: through
+    the process's activity session (measure/activity.py: CUPTI kept open, or one Kineto session
+    per batch where cupti-python is missing)."""
+    from operatorx.measure.activity import activity_session
+
+    return activity_session().batch(call, n, flush, spin_cycles, pause_s, pause_spin_cycles)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from operatorx.backends import Prepared
+from operatorx.measure.activity import activity_paused
 from operatorx.measure.host_time import HostTimeSettings, HostTiming
 from operatorx.measure.settings import TimingSettings
 from operatorx.run.ab_spec import Side
@@ -146,7 +147,8 @@ def run_ab_case(case: Case, a: Side, b: Side, device: str, settings: ABSettings)
         result.outputs = compare_outputs(outs["b"], outs["a"])
         del outs
         around = {name: side.context for name, side in sides.items()}
-        host = HostTiming(settings.host, device).measure_interleaved(fns, around=around)
+        with activity_paused():         # host time without CUPTI's per-call tracing cost
+            host = HostTiming(settings.host, device).measure_interleaved(fns, around=around)
         diff = paired_difference(host["a"].samples_us, host["b"].samples_us, settings.confidence,
                                  settings.same_within_rel)
         result.host = {**diff.to_json(), "batch_us_per_call": {n: m.samples_us for n, m in host.items()},

@@ -163,11 +163,13 @@ class CaseRunner:
             return "unsupported", err.reason, {"check": _check(check), "extra": json_safe(prepared.metadata)}
         parts["check"] = _check(check)
         if self.config.host:
+            from operatorx.measure.activity import activity_paused
             from operatorx.run.host import host_metrics
 
             measured: Measured = parts["measured"]
-            host = host_metrics(prepared, self.device.kind, self.config.host_timing,
-                                measured.latency_us if measured.clock == "device" else None)
+            with activity_paused():     # host time without CUPTI's per-call tracing cost
+                host = host_metrics(prepared, self.device.kind, self.config.host_timing,
+                                    measured.latency_us if measured.clock == "device" else None)
             parts["host"] = HostTime.model_validate(json_safe(host))
         return "ok", None, parts
 
@@ -237,9 +239,10 @@ class CaseRunner:
         if batch is not None and self.config.profile_kernels:
             from operatorx.measure.trace import trace_batch
 
-            # grid/block/registers come from a trace export: of a 2-call batch when the timed one is large;
-            # the 8-call batch of events mode is small enough to export itself
-            small = batch if batch is not m.last_batch else trace_batch(prepared.fn, 2, self.timer.flusher.flush, 0)
+            # CUPTI's kernel records carry grid/block/registers; Kineto's come from a trace export, of a
+            # 2-call batch when the timed one is large (the 8-call batch of events mode exports itself)
+            small = batch if batch is not m.last_batch or batch.profiler is None else \
+                trace_batch(prepared.fn, 2, self.timer.flusher.flush, 0)
             out["profile"] = kernel_breakdown(batch, shapes_from=small)
         if batch is not None and self.config.trace_dir is not None:
             path = export_trace(batch, self.config.trace_dir / f"{self.run_id or 'run'}-case{index:05d}.json")

@@ -61,17 +61,27 @@ class Job(Protocol):
 class _RunJob:
     def __init__(self, spec: JobSpec, device_kind: str) -> None:
         from operatorx.measure import HostClockTiming, Telemetry
-        from operatorx.platform import describe_device, peaks_for
+        from operatorx.platform import describe_device
         from operatorx.run.case import CaseRunner
         from operatorx.run.metadata import run_info
 
         config = spec.config
         device = describe_device(device_kind)
+        peaks, peaks_info = None, None
+        if device_kind == "cuda":     # before the timer: no profiler sees the calibration's kernels
+            from operatorx.platform.calibrate import device_peaks
+
+            peaks, peaks_info = device_peaks(device, recalibrate=config.recalibrate, run_id=spec.run_id,
+                                             measure_now=not config.counters_child)   # ncu would perturb it
         telemetry = Telemetry.for_torch_device(0) if device_kind == "cuda" else Telemetry(None)
         l2_check = None
         if device_kind == "cuda":
             from operatorx.measure.device_timer import device_timer
 
+            if config.trace_dir is not None:
+                from operatorx.measure.activity import use_kineto
+
+                use_kineto("--trace: the trace files are Kineto's export")
             timer: Any = device_timer(config.timing, device.l2_bytes, telemetry.max_sm_clock_hz())
             if config.check_l2:
                 from operatorx.measure.l2_check import check_l2_states
@@ -80,9 +90,8 @@ class _RunJob:
         else:
             timer = HostClockTiming(config.timing)
         self.runner = CaseRunner(config=config, device=device, timer=timer, telemetry=telemetry, l2_check=l2_check,
-                                 run_id=spec.run_id, peaks=peaks_for(device.name) if device_kind == "cuda" else None,
-                                 testlist=spec.testlist)
-        self.info = {**run_info(device), "l2_check": l2_check, "device_kind": device_kind,
+                                 run_id=spec.run_id, peaks=peaks, testlist=spec.testlist)
+        self.info = {**run_info(device), "l2_check": l2_check, "device_kind": device_kind, "peaks": peaks_info,
                      "backend_warmup": _warm_backend(config.backend, device_kind)}
 
     def run(self, case: Case, index: int) -> Row:

@@ -1,0 +1,253 @@
+"""Where the device activity records of a timed batch come from: one CUPTI session per process.
+
+A sweep times thousands of cases, most of them in tens of milliseconds. Starting and stopping
+torch.profiler for every batch cost ~10 ms a batch on the H200 (enter, stop, `_disable_profiler`,
+reading the events back), and a second profiled replay per case gave the launch shapes. So the
+worker opens CUPTI's activity API once, through NVIDIA's `cupti-python`, and keeps it open: a
+batch marks its harness ranges with CUPTI timestamps (the clock the records use), flushes the
+activity buffers after synchronizing, and attributes by correlation id exactly as before
+(measure/trace.py): a kernel belongs to the range whose API call launched it. Kernel records
+carry grid, block, registers and shared memory, so the breakdown needs no replay.
+
+Without `cupti-python` (or where it cannot start) each batch is one torch.profiler (Kineto)
+session, as before; rows say which source timed them (`timing.activity_source`). `--trace`
+exports need Kineto's trace writer, so a run with `--trace` uses Kineto throughout.
+
+CUPTI's API tracing adds host cost to every CUDA call while it is on. Anything that times the
+host or uses event pairs (`run --host`, `--timing events`) runs inside `activity_paused()`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, Optional, Protocol
+
+from operatorx.measure.trace import (
+    Activity,
+    HostRange,
+    LaunchShape,
+    TraceBatch,
+    attribute,
+    attribute_launches,
+    run_marked_loop,
+)
+
+__all__ = ["ACTIVITY_ENV", "ActivitySession", "CuptiSession", "KinetoSession", "activity_paused",
+           "activity_session", "fallback_reason", "use_kineto"]
+
+ACTIVITY_ENV = "OPERATORX_ACTIVITY"
+"""`kineto` forces one torch.profiler session per batch; `cupti` requires cupti-python (an error if
+missing); unset: cupti-python when it starts, else Kineto."""
+
+_BUFFER_BYTES = 8 << 20
+
+
+class ActivitySession(Protocol):
+    name: str
+
+    def batch(self, call: Callable[[], Any], n: int, flush: Optional[Callable[[], None]], spin_cycles: int,
+              pause_s: float = 0.0, pause_spin_cycles: int = 0) -> TraceBatch: ...
+
+    def pause(self) -> None: ...
+
+
+class KinetoSession:
+    """One torch.profiler session per batch (the source without cupti-python, and for `--trace`)."""
+
+    name = "kineto"
+
+    def batch(self, call: Callable[[], Any], n: int, flush: Optional[Callable[[], None]], spin_cycles: int,
+              pause_s: float = 0.0, pause_spin_cycles: int = 0) -> TraceBatch:
+        import torch
+        from torch.autograd import DeviceType
+        from torch.profiler import ProfilerActivity, profile, record_function
+
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            enqueue_s = run_marked_loop(record_function, call, n, flush, spin_cycles, pause_s, pause_spin_cycles)
+            torch.cuda.synchronize()
+        calls, harness, unattributed = attribute(prof.profiler.kineto_results.events(), DeviceType.CPU,
+                                                 DeviceType.CUDA)
+        return TraceBatch(calls=calls, harness_activities=harness, unattributed=unattributed,
+                          enqueue_s_per_call=enqueue_s, profiler=prof, source=self.name)
+
+    def pause(self) -> None:
+        """Nothing stays on between batches."""
+
+
+class _Mark:
+    """A harness range in CUPTI's clock: two timestamps around the step."""
+
+    __slots__ = ("_now", "_out", "_name", "_start")
+
+    def __init__(self, now: Callable[[], int], out: list[HostRange], name: str):
+        self._now, self._out, self._name = now, out, name
+        self._start = 0
+
+    def __enter__(self) -> None:
+        self._start = self._now()
+
+    def __exit__(self, *exc: object) -> None:
+        self._out.append((self._start, self._now(), self._name))
+
+
+class CuptiSession:
+    """CUPTI's activity API through cupti-python, enabled once and kept on between batches.
+
+    Records are decoded inside CUPTI's buffer callback (the buffer is reused after it returns)
+    into plain tuples; a batch keeps only what was launched after it began.
+    """
+
+    name = "cupti-python"
+
+    def __init__(self) -> None:
+        from cupti import cupti
+
+        self._cupti = cupti
+        self._lock = threading.Lock()
+        self._device: list[tuple[Activity, int]] = []       # (activity, correlation id)
+        self._launch_at: dict[int, int] = {}                # correlation id -> API call start
+        self._names: dict[str, str] = {}
+        kinds = cupti.ActivityKind
+        self._kernel_kind = int(kinds.CONCURRENT_KERNEL)
+        self._memset_kind, self._memcpy_kind = int(kinds.MEMSET), int(kinds.MEMCPY)
+        self._api_kinds = {int(kinds.RUNTIME), int(kinds.DRIVER)}
+        self._kinds = [kinds.CONCURRENT_KERNEL, kinds.MEMSET, kinds.MEMCPY, kinds.RUNTIME, kinds.DRIVER]
+        cupti.activity_register_callbacks(self._requested, self._completed)
+        self._on = False
+        self._resume()
+
+    def _requested(self) -> tuple[int, int]:
+        return _BUFFER_BYTES, 0
+
+    def _demangled(self, name: str) -> str:
+        out = self._names.get(name)
+        if out is None:
+            import torch
+
+            try:
+                out = torch._C._demangle(name)
+            except Exception:  # noqa: BLE001 - a name torch cannot demangle is shown as recorded
+                out = name
+            self._names[name] = out
+        return out
+
+    def _completed(self, activities: list[Any]) -> None:
+        device: list[tuple[Activity, int]] = []
+        launch_at: dict[int, int] = {}
+        for a in activities:
+            kind = int(a.kind)
+            if kind in self._api_kinds:
+                launch_at[a.correlation_id] = a.start
+            elif kind == self._kernel_kind:
+                shape = LaunchShape((a.grid_x, a.grid_y, a.grid_z), (a.block_x, a.block_y, a.block_z),
+                                    a.registers_per_thread, a.static_shared_memory, a.dynamic_shared_memory)
+                device.append((Activity(self._demangled(a.name), a.start, a.end, a.correlation_id, shape),
+                               a.correlation_id))
+            elif kind == self._memset_kind:
+                device.append((Activity("Memset (Device)", a.start, a.end, a.correlation_id), a.correlation_id))
+            elif kind == self._memcpy_kind:
+                device.append((Activity("Memcpy", a.start, a.end, a.correlation_id), a.correlation_id))
+        with self._lock:
+            self._device.extend(device)
+            self._launch_at.update(launch_at)
+
+    def _take(self) -> tuple[list[tuple[Activity, int]], dict[int, int]]:
+        self._cupti.activity_flush_all(1)
+        with self._lock:
+            device, launch_at = self._device, self._launch_at
+            self._device, self._launch_at = [], {}
+        return device, launch_at
+
+    def _resume(self) -> None:
+        if not self._on:
+            for kind in self._kinds:
+                self._cupti.activity_enable(kind)
+            self._on = True
+
+    def pause(self) -> None:
+        """Stop recording (host timing and event pairs must not pay CUPTI's per-call cost) and drop
+        what is buffered; the next batch turns it back on."""
+        if self._on:
+            import torch
+
+            torch.cuda.synchronize()
+            for kind in self._kinds:
+                self._cupti.activity_disable(kind)
+            self._on = False
+            self._take()
+
+    def batch(self, call: Callable[[], Any], n: int, flush: Optional[Callable[[], None]], spin_cycles: int,
+              pause_s: float = 0.0, pause_spin_cycles: int = 0) -> TraceBatch:
+        import torch
+
+        self._resume()
+        torch.cuda.synchronize()
+        now = self._cupti.get_timestamp
+        ranges: list[HostRange] = []
+        t_begin = now()
+        enqueue_s = run_marked_loop(lambda name: _Mark(now, ranges, name), call, n, flush, spin_cycles,
+                                    pause_s, pause_spin_cycles)
+        torch.cuda.synchronize()
+        device, launch_at = self._take()
+        mine = [(act, launch_at.get(corr)) for act, corr in device]
+        # work launched before this batch began (warmup, checks, an earlier case) is not the batch's
+        mine = [(act, at) for act, at in mine if at is None or at >= t_begin]
+        calls, harness, unattributed = attribute_launches(ranges, mine)
+        return TraceBatch(calls=calls, harness_activities=harness, unattributed=unattributed,
+                          enqueue_s_per_call=enqueue_s, source=self.name, ranges=ranges, device=mine)
+
+
+_session: Optional[ActivitySession] = None
+_kineto_only = False
+_fallback_reason: Optional[str] = None
+
+
+def use_kineto(reason: str) -> None:
+    """Make this process use torch.profiler per batch from now on (e.g. `--trace`, whose export
+    is Kineto's). A CUPTI session already open is paused first: two sources cannot share CUPTI."""
+    global _session, _kineto_only, _fallback_reason
+    if _session is not None and not isinstance(_session, KinetoSession):
+        _session.pause()
+    _kineto_only, _fallback_reason = True, reason
+    _session = KinetoSession()
+
+
+def activity_session() -> ActivitySession:
+    """The process's session, opened on first use (CUPTI's own start-up, ~1 s, happens here)."""
+    global _session, _fallback_reason
+    if _session is not None:
+        return _session
+    wanted = os.environ.get(ACTIVITY_ENV, "").strip().lower()
+    if wanted == "kineto" or _kineto_only:
+        _fallback_reason = _fallback_reason or f"{ACTIVITY_ENV}=kineto"
+        _session = KinetoSession()
+        return _session
+    try:
+        _session = CuptiSession()
+    except Exception as err:  # noqa: BLE001 - a missing or broken cupti-python: Kineto, and the row says so
+        if wanted == "cupti":
+            raise RuntimeError(f"{ACTIVITY_ENV}=cupti but cupti-python cannot start: {type(err).__name__}: "
+                               f"{err}. Install it with `pip install cupti-python` (the major version of your "
+                               "CUDA driver)") from err
+        _fallback_reason = (f"cupti-python unavailable ({type(err).__name__}: {str(err).strip()[:120]}); "
+                            "`pip install operatorx[cupti]` for sweep speed")
+        _session = KinetoSession()
+    return _session
+
+
+def fallback_reason() -> Optional[str]:
+    """Why this process records with Kineto, when it does."""
+    return _fallback_reason if isinstance(_session, KinetoSession) else None
+
+
+@contextmanager
+def activity_paused() -> Iterator[None]:
+    """CUPTI recording off for the block (no-op when nothing is open)."""
+    if _session is not None:
+        _session.pause()
+    yield
+

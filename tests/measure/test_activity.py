@@ -1,0 +1,167 @@
+"""The CUPTI session's wiring on the CPU: a scripted `cupti` module stands in for CUPTI.
+
+What is pinned: records are decoded inside the buffer callback, a kernel goes to the call whose
+range its launch API record lies in (by correlation id, never by name), work launched before
+the batch is not the batch's, launch shapes come from the kernel records, and pausing turns
+recording off. The GPU tests (test_kernel_timing.py) show the real CUPTI against real kernels.
+"""
+
+from __future__ import annotations
+
+import enum
+import sys
+import types
+from dataclasses import dataclass
+
+import pytest
+
+from operatorx.measure import activity
+from operatorx.measure.kernels import kernel_breakdown
+
+
+class Kind(enum.IntEnum):
+    CONCURRENT_KERNEL = 1
+    MEMSET = 2
+    MEMCPY = 3
+    RUNTIME = 4
+    DRIVER = 5
+
+
+@dataclass
+class Api:
+    correlation_id: int
+    start: int
+    kind: int = Kind.RUNTIME
+
+
+@dataclass
+class Kernel:
+    name: str
+    correlation_id: int
+    start: int
+    end: int
+    kind: int = Kind.CONCURRENT_KERNEL
+    grid_x: int = 132
+    grid_y: int = 1
+    grid_z: int = 1
+    block_x: int = 128
+    block_y: int = 1
+    block_z: int = 1
+    registers_per_thread: int = 168
+    static_shared_memory: int = 0
+    dynamic_shared_memory: int = 200_000
+
+
+class FakeCupti:
+    """A host clock that ticks 10 ns per read, and a GPU that runs each launch 1 µs after the last."""
+
+    ActivityKind = Kind
+
+    def __init__(self) -> None:
+        self.t = 1_000
+        self.corr = 0
+        self.gpu_t = 1_000_000
+        self.pending: list[object] = []
+        self.enabled: set[int] = set()
+        self.callbacks = None
+
+    def get_timestamp(self) -> int:
+        self.t += 10
+        return self.t
+
+    def activity_register_callbacks(self, requested, completed) -> None:
+        self.callbacks = (requested, completed)
+
+    def activity_enable(self, kind) -> None:
+        self.enabled.add(int(kind))
+
+    def activity_disable(self, kind) -> None:
+        self.enabled.discard(int(kind))
+
+    def activity_flush_all(self, flag: int) -> None:
+        out, self.pending = self.pending, []
+        assert self.callbacks is not None
+        self.callbacks[1](out)
+
+    def launch(self, name: str, duration_ns: int) -> None:
+        """What a CUDA launch leaves behind while recording is on: an API record and a kernel record."""
+        if Kind.RUNTIME not in self.enabled:
+            return
+        self.corr += 1
+        self.pending.append(Api(self.corr, self.get_timestamp()))
+        self.pending.append(Kernel(name, self.corr, self.gpu_t, self.gpu_t + duration_ns))
+        self.gpu_t += duration_ns + 1_000
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    import torch
+
+    cupti = FakeCupti()
+    monkeypatch.setitem(sys.modules, "cupti", types.SimpleNamespace(cupti=cupti))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch._C, "_demangle", lambda name: name.replace("_Z4gemm", "gemm()"))
+    for name, value in (("_session", None), ("_kineto_only", False), ("_fallback_reason", None)):
+        monkeypatch.setattr(activity, name, value)      # restored after the test: the process's session
+    monkeypatch.delenv(activity.ACTIVITY_ENV, raising=False)
+    return cupti
+
+
+def test_each_call_owns_what_it_launched_and_earlier_work_is_not_the_batch(fake):
+    session = activity.activity_session()
+    assert isinstance(session, activity.CuptiSession) and fake.enabled == {int(k) for k in Kind}
+    fake.launch("warmup_kernel", 5_000)                   # before the batch: buffered, not the batch's
+
+    def flush() -> None:
+        fake.launch("fill", 2_000)                        # the same name as the op's own fill below
+
+    def call() -> None:
+        fake.launch("fill", 1_000)
+        fake.launch("_Z4gemm", 10_000)
+
+    batch = session.batch(call, 3, flush, spin_cycles=0)
+    assert batch.source == "cupti-python" and batch.harness_activities == 3 and batch.unattributed == 0
+    assert len(batch.calls) == 3
+    for c in batch.calls:
+        assert [a.name for a in c.activities] == ["fill", "gemm()"]
+        assert c.span_ns == 1_000 + 1_000 + 10_000 and c.busy_ns == 11_000 and c.gap_before_ns == 1_000
+    table = kernel_breakdown(batch)
+    assert table is not None
+    gemm = {k["name"]: k for k in table["kernels"]}["gemm()"]
+    assert gemm["grid"] == [132, 1, 1] and gemm["registers_per_thread"] == 168
+    assert gemm["shared_memory_bytes"] == 200_000 and gemm["device_us_per_call"] == 10.0
+
+
+def test_the_session_is_opened_once_and_pause_stops_recording(fake):
+    first = activity.activity_session()
+    assert activity.activity_session() is first
+    with activity.activity_paused():
+        assert fake.enabled == set()
+        fake.launch("while_paused", 1_000)                # not recorded at all
+    batch = first.batch(lambda: fake.launch("k", 1_000), 2, None, spin_cycles=0)
+    assert fake.enabled and [len(c.activities) for c in batch.calls] == [1, 1] and batch.unattributed == 0
+
+
+def test_without_cupti_python_each_batch_is_a_kineto_session_and_the_reason_is_kept(monkeypatch):
+    monkeypatch.setitem(sys.modules, "cupti", None)       # import fails as when the package is missing
+    monkeypatch.setattr(activity, "_session", None)
+    monkeypatch.delenv(activity.ACTIVITY_ENV, raising=False)
+    session = activity.activity_session()
+    assert isinstance(session, activity.KinetoSession)
+    reason = activity.fallback_reason()
+    assert reason is not None and "cupti-python unavailable" in reason and "operatorx[cupti]" in reason
+
+
+def test_asking_for_cupti_without_it_is_one_clear_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "cupti", None)
+    monkeypatch.setattr(activity, "_session", None)
+    monkeypatch.setenv(activity.ACTIVITY_ENV, "cupti")
+    with pytest.raises(RuntimeError, match=r"OPERATORX_ACTIVITY=cupti but cupti-python cannot start.*pip install"):
+        activity.activity_session()
+
+
+def test_trace_runs_switch_to_kineto_and_pause_the_open_cupti_session(fake):
+    activity.activity_session()
+    activity.use_kineto("--trace")
+    assert fake.enabled == set() and isinstance(activity.activity_session(), activity.KinetoSession)
+    assert activity.fallback_reason() == "--trace"
