@@ -7,6 +7,7 @@ import time
 import pytest
 import torch
 
+from operatorx.measure.cpu_contention import schedstat_available
 from operatorx.measure.host_time import HostTimeSettings, HostTiming, active_function_modes, mode_warnings
 
 
@@ -26,20 +27,38 @@ def test_host_us_per_call_matches_a_planted_cost() -> None:
     # strategy takes a preempted batch again
     m = HostTiming(HostTimeSettings(batches=21, batch_calls=20, preempt_retries=3)).measure(busy(20.0))
     assert m.clock == "host" and m.stop_reason == "batches"
-    assert len(m.samples_us) == 21 and len(m.details["cpu_us_per_call"]) == 21  # every batch kept
+    kept = 21 - m.details["contended_batches_dropped"] + m.details["preempt_retries"]  # retakes replace batches
+    assert len(m.samples_us) == kept and len(m.details["cpu_us_per_call"]) == kept
     assert 20.0 <= m.summary["median"] < 20.5             # the wait plus a call's overhead, no more
     assert m.details["batch_calls"] == 20 and m.details["gpu_paced"] is False
 
 
-def test_a_preempted_batch_is_taken_again() -> None:
+def sleeps_once(at_call: int):
     calls = iter(range(10**6))
 
-    def sometimes_sleeps() -> None:
-        if next(calls) == 45:                            # inside the first timed batch (after 40 warmup calls)
+    def call() -> None:
+        if next(calls) == at_call:
             time.sleep(0.002)                            # off the CPU: wall time, no CPU time
-    m = HostTiming(HostTimeSettings(batches=5, batch_calls=40)).measure(sometimes_sleeps)
-    assert m.details["preempt_retries"] == 1 and m.details["preempted_batches"] == 0
+    return call
+
+
+def test_cpu_time_fallback_takes_a_batch_off_the_cpu_again() -> None:
+    # without schedstat, wall time the thread did not spend on the CPU is all it can see
+    m = HostTiming(HostTimeSettings(batches=5, batch_calls=40), prefer_schedstat=False).measure(
+        sleeps_once(3 + 40 + 5))                         # inside the first timed batch (after probe and warmup)
+    assert m.details["contention_signal"] == "thread_cpu_time"
+    assert m.details["preempt_retries"] >= 1 and m.details["contended_batches_dropped"] >= 1
+    assert m.details["contended_batches_kept"] == 0 and len(m.samples_us) == 5
     assert max(m.samples_us) < 20                        # the 2 ms sleep is in no kept batch
+
+
+@pytest.mark.skipif(not schedstat_available(), reason="no schedstat run-queue wait on this machine")
+def test_with_schedstat_a_call_that_blocks_is_not_contention() -> None:
+    # the thread slept (blocked), it did not wait for a CPU: the batch is the call's, as a GPU wait would be
+    m = HostTiming(HostTimeSettings(batches=5, batch_calls=40)).measure(sleeps_once(3 + 40 + 5))
+    assert m.details["contention_signal"] == "schedstat_run_delay"
+    assert m.details["contention_flags"][0] is False and m.details["cpu_contended"] is False
+    assert max(m.samples_us) > 2000 / 40                # the sleep is in the first batch, kept
 
 
 def test_batches_alternate_and_are_synchronized_outside_the_timed_interval() -> None:
@@ -95,3 +114,16 @@ def test_cuda_host_time_of_a_launch_is_below_a_gpu_paced_batch() -> None:
     slow = HostTiming(HostTimeSettings(batches=3, batch_calls=50), "cuda").measure(
         lambda: torch.cuda._sleep(2_000_000))   # ~1 ms of GPU spin per call: the GPU sets the pace
     assert slow.details["gpu_paced"] is True
+
+
+def test_a_contended_round_is_left_out_for_every_callable_so_batches_stay_paired() -> None:
+    # b sleeps once inside its second timed batch (after a 3-call probe and a 5-call warmup); the
+    # CPU-time signal takes that as lost CPU, and without retries the whole round goes
+    out = HostTiming(HostTimeSettings(batches=6, batch_calls=5, preempt_retries=0), prefer_schedstat=False
+                     ).measure_interleaved({"a": lambda: None, "b": sleeps_once(3 + 5 + 5 + 2)})
+    a, b = out["a"].details, out["b"].details
+    assert len(out["a"].samples_us) == len(out["b"].samples_us) == 5
+    assert a["rounds_dropped"] == b["rounds_dropped"] == 1
+    assert b["contention_flags"] == [False, True, False, False, False, False]
+    assert b["contended_batches_dropped"] == 1 and a["contended_batches_dropped"] == 0
+    assert a["cpu_contended"] is False and b["cpu_contended"] is False     # one of six is not most

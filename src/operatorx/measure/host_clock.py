@@ -1,4 +1,20 @@
-"""Timing on the CPU device: the host clock around each call. No GPU is involved, and rows say so."""
+"""Timing on the CPU device: the host clock around each call. No GPU is involved, and rows say so.
+
+A host-clock sample is only the call's time while the call's threads had the CPU. On a busy
+machine a sample can include time the threads sat runnable on a run queue while another process
+ran; the run's spread cannot show this (a 2-core machine under load reported 7,985 µs ± 0.5% for
+a ~500 µs call). So every sample is judged by measure/cpu_contention.py, in *process* scope: a
+CPU op's compute runs on torch's intra-op threads as well as the caller, and any of them waiting
+for a CPU delays the call. The CPU device's calls are compute and do not block, so "lost the CPU"
+is simply: the process's threads spent more than 5% of the sample's wall time waiting on a run
+queue (schedstat), or, without schedstat, used less than one CPU's worth of it.
+
+A contended sample is dropped and counted (`contended_samples_dropped`), as a starved GPU call is;
+the stopping rule counts only clean samples, while the time budget counts them all. When no
+sample was clean, the contended ones are kept, counted (`contended_samples_kept`) and the row is
+flagged (`cpu_contended`, `cpu_contended_why`): the number is what was seen, never passed off as
+clean. A measurement whose samples were mostly contended is flagged too, with its counts.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +22,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from operatorx.measure.cpu_contention import ContentionProbe
 from operatorx.measure.l2 import L2Flusher
 from operatorx.measure.loop import stop_reason, warmup
 from operatorx.measure.measurement import Measurement
@@ -18,25 +35,47 @@ __all__ = ["HostClockTiming"]
 class HostClockTiming:
     method = "host_clock/perf_counter"
 
-    def __init__(self, settings: TimingSettings):
+    def __init__(self, settings: TimingSettings, *, prefer_schedstat: bool = True):
         self.settings = settings
+        self.prefer_schedstat = prefer_schedstat    # False forces the CPU-time fallback (tests it)
         # The timer protocol (run/case.py `Timer`) has a flusher that callers flush around traced
         # calls; the CPU has no L2 state to produce, so it is the warm (do-nothing) one.
         self.flusher = L2Flusher("warm", None)
 
     def measure(self, fn: Callable[[], Any], pause_s: float = 0.0) -> Measurement:
         s = self.settings
-        calls, warm_s = warmup(fn, lambda: None, s)
-        samples_us: list[float] = []
+        calls, warm_s = warmup(fn, lambda: None, s)     # first: the intra-op pool exists before the probe lists threads
+        clean_us: list[float] = []
+        contended_us: list[float] = []
+        every_us: list[float] = []
         start = time.perf_counter()
         reason = None
-        while reason is None:
-            t0 = time.perf_counter_ns()
-            fn()
-            samples_us.append((time.perf_counter_ns() - t0) / 1e3)
-            if pause_s > 0:
-                time.sleep(pause_s)
-            reason = stop_reason(samples_us, time.perf_counter() - start, s)
+        with ContentionProbe("process", prefer_schedstat=self.prefer_schedstat) as probe:
+            count = probe.count()
+            while reason is None:
+                before = probe.read()
+                t0 = time.perf_counter_ns()
+                fn()
+                wall_ns = time.perf_counter_ns() - t0
+                after = probe.read()
+                contended, lost_ns = probe.judge(wall_ns, before, after)
+                count.add(contended, wall_ns, lost_ns)
+                (contended_us if contended else clean_us).append(wall_ns / 1e3)
+                every_us.append(wall_ns / 1e3)
+                if pause_s > 0:
+                    time.sleep(pause_s)
+                elapsed = time.perf_counter() - start
+                reason = stop_reason(clean_us, elapsed, s)
+                if reason is None:
+                    # the budget (time, sample count) is spent on every sample, contended or not:
+                    # a machine that never frees the CPU must not keep the case sampling forever
+                    spent = stop_reason(every_us, elapsed, s)
+                    reason = spent if spent != "noise_target" else None
+        samples_us = clean_us or contended_us
+        kept = 0 if clean_us else len(contended_us)
+        details: dict[str, Any] = {"l2_state": "n/a (cpu)", "spin": False,
+                                   **count.details("samples", dropped=len(contended_us) - kept, kept=kept,
+                                                   in_number=len(samples_us))}
         return Measurement(method=self.method, clock="host", samples_us=samples_us,
                            summary=summarize(samples_us), warmup_calls=calls, warmup_s=warm_s,
-                           stop_reason=reason, details={"l2_state": "n/a (cpu)", "spin": False})
+                           stop_reason=reason, details=details)

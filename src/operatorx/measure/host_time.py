@@ -19,6 +19,20 @@ Two traps are reported, never silently absorbed:
 - the launch queue: when the GPU is slower than the host, a batch ends with work still queued
   (`drain_us`, the time of the closing synchronize, is large) and a deep enough queue blocks the
   host, so the host time may include back-pressure. `gpu_paced` says so.
+
+A batch during which the thread lost the CPU (another process ran on its core) measured the
+scheduler. What "lost the CPU" means here (measure/cpu_contention.py, *thread* scope: the host
+time of a Python call is the calling thread's work): the thread spent more than 5% of the batch's
+wall time runnable on a run queue but not running (schedstat's run-queue wait). Waiting that is
+part of the call, a launch blocked by a full queue or any other blocking wait, is not runnable
+time, so a GPU op's call that waits is never taken for contention. Where schedstat is missing the
+fallback compares thread CPU time with wall time; that cannot tell blocking from preemption, so
+on CUDA a batch that ended with the GPU behind (blocking on the queue is possible) is not judged
+by it. A contended batch is taken again (`preempt_retries`); every contended batch is left out of
+the number and counted (`contended_batches_dropped`); with several callables the whole round
+(batch i of each) goes, so their values stay paired (`rounds_dropped`). When no round was clean,
+all are kept, the contended ones counted (`contended_batches_kept`) and flagged (`cpu_contended`,
+with why).
 """
 
 from __future__ import annotations
@@ -31,6 +45,7 @@ from typing import Any, Literal, Optional
 
 import numpy as np
 
+from operatorx.measure.cpu_contention import ContentionCount, ContentionProbe
 from operatorx.measure.measurement import Measurement
 from operatorx.measure.stats import summarize
 
@@ -40,9 +55,6 @@ Order = Literal["alternate", "fixed"]
 #: A batch whose closing synchronize takes longer than this (µs), and longer than a tenth of the
 #: batch, ended with the GPU still behind the host.
 _DRAIN_FLOOR_US = 100.0
-#: A batch is "preempted" when its wall time exceeds the thread's CPU time by more than both of these.
-_PREEMPT_SLACK_NS = 20_000
-_PREEMPT_REL = 0.05
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,7 +68,8 @@ class HostTimeSettings:
     order: Order = "alternate"
     """`alternate`: the order of the callables rotates batch by batch; `fixed`: always as given."""
     preempt_retries: int = 2
-    """Take a batch again (at most this many times) when the thread lost the CPU during it."""
+    """Take a batch again (at most this many times) when the thread lost the CPU during it
+    (measure/cpu_contention.py); a batch still contended after them is left out of the number."""
     max_wall_s: float = 10.0
     """Budget for the timed batches of one measurement. When the warmup shows that N batches of
     B calls would not fit (a slow call), B is reduced to fit and the reduction is recorded."""
@@ -103,9 +116,23 @@ def _sync_for(device_kind: str) -> Callable[[], None]:
     return lambda: None
 
 
-def _preempted(wall_ns: int, cpu_ns: int) -> bool:
-    """The thread was off the CPU for a noticeable part of the interval (another process ran)."""
-    return wall_ns - cpu_ns > max(_PREEMPT_SLACK_NS, _PREEMPT_REL * wall_ns)
+@dataclass(frozen=True)
+class _Batch:
+    issue_ns: int
+    """Wall time of the timed calls."""
+    drain_ns: int
+    """Wall time of the closing synchronize (not counted)."""
+    cpu_ns: int
+    """The thread's CPU time during the timed calls."""
+    contended: bool
+    """The thread lost the CPU during the timed calls (measure/cpu_contention.py)."""
+    lost_ns: int
+    """Run-queue wait (fallback: wall time off the CPU) during the timed calls."""
+
+
+def _drain_large(drain_ns: float, issue_ns: float) -> bool:
+    """The closing synchronize waited noticeably: the GPU was still behind the host."""
+    return drain_ns / 1e3 > max(_DRAIN_FLOOR_US, 0.1 * issue_ns / 1e3)
 
 
 class HostTiming:
@@ -113,39 +140,47 @@ class HostTiming:
 
     method = "host_time/alternating_batches"
 
-    def __init__(self, settings: HostTimeSettings, device_kind: str = "cpu"):
+    def __init__(self, settings: HostTimeSettings, device_kind: str = "cpu", *, prefer_schedstat: bool = True):
         self.settings = settings
         self.device_kind = device_kind
         self._sync = _sync_for(device_kind)
+        self._probe = ContentionProbe("thread", prefer_schedstat=prefer_schedstat)
 
     def measure(self, fn: Callable[[], Any]) -> Measurement:
         return self.measure_interleaved({"fn": fn})["fn"]
 
-    def _batch(self, fn: Callable[[], Any], calls: int) -> tuple[int, int, int]:
-        """(issue ns, drain ns, thread CPU ns): the timed calls, then the closing synchronize (not counted)."""
-        sync = self._sync
+    def _batch(self, fn: Callable[[], Any], calls: int) -> _Batch:
+        """The timed calls, then the closing synchronize (not counted), judged for contention."""
+        sync, probe = self._sync, self._probe
         sync()
-        c0 = time.thread_time_ns()
+        before = probe.read()
         t0 = time.perf_counter_ns()
         for _ in range(calls):
             fn()
         t1 = time.perf_counter_ns()
-        c1 = time.thread_time_ns()
+        after = probe.read()
         sync()
-        return t1 - t0, time.perf_counter_ns() - t1, c1 - c0
+        drain_ns = time.perf_counter_ns() - t1
+        contended, lost_ns = probe.judge(t1 - t0, before, after)
+        if (contended and probe.signal != "schedstat_run_delay" and self.device_kind == "cuda"
+                and _drain_large(drain_ns, t1 - t0)):
+            contended = False        # CPU time cannot tell a launch blocked on a full queue from preemption
+        return _Batch(t1 - t0, drain_ns, after.cpu_ns - before.cpu_ns, contended, lost_ns)
 
-    def _timed_batch(self, fn: Callable[[], Any], calls: int) -> tuple[int, int, int, int]:
+    def _timed_batch(self, fn: Callable[[], Any], calls: int, count: ContentionCount) -> tuple[_Batch, int]:
         """A batch, taken again (up to `preempt_retries` times) while the thread lost the CPU in it.
 
-        Returns (issue ns, drain ns, CPU ns, retries). A batch whose wall time exceeds the thread's
-        CPU time measured the scheduler; one that is still preempted after the retries is kept.
+        Returns (the last batch, retries). Every batch taken is counted in `count`; the caller
+        leaves a contended last batch out of the number unless no batch was clean.
         """
         retries = 0
-        issue_ns, drain_ns, cpu_ns = self._batch(fn, calls)
-        while _preempted(issue_ns, cpu_ns) and retries < self.settings.preempt_retries:
+        batch = self._batch(fn, calls)
+        count.add(batch.contended, batch.issue_ns, batch.lost_ns)
+        while batch.contended and retries < self.settings.preempt_retries:
             retries += 1
-            issue_ns, drain_ns, cpu_ns = self._batch(fn, calls)
-        return issue_ns, drain_ns, cpu_ns, retries
+            batch = self._batch(fn, calls)
+            count.add(batch.contended, batch.issue_ns, batch.lost_ns)
+        return batch, retries
 
     def _orders(self, names: list[str]) -> list[list[str]]:
         if self.settings.order == "fixed" or len(names) < 2:
@@ -162,11 +197,16 @@ class HostTiming:
         `around[name]()` gives a context entered around each of that callable's batches (a
         variant's settings); its cost is outside the timed interval.
         """
-        s = self.settings
         names = list(fns)
         if not names:
             raise ValueError("nothing to time")
         around = around or {}
+        with self._probe:                 # opened in this thread: the schedstat of the timing thread
+            return self._interleaved(fns, names, around)
+
+    def _interleaved(self, fns: Mapping[str, Callable[[], Any]], names: list[str],
+                     around: Mapping[str, Callable[[], AbstractContextManager[Any]]]) -> dict[str, Measurement]:
+        s = self.settings
         warnings: dict[str, list[str]] = {}
 
         def ctx(name: str) -> AbstractContextManager[Any]:
@@ -178,8 +218,8 @@ class HostTiming:
         for name in names:
             with ctx(name):
                 warnings[name] = mode_warnings()           # inside the context: a variant may set a mode
-                issue_ns, drain_ns, _ = self._batch(fns[name], probe_calls)
-            per_call_ns[name] = (issue_ns + drain_ns) / probe_calls
+                probe = self._batch(fns[name], probe_calls)
+            per_call_ns[name] = (probe.issue_ns + probe.drain_ns) / probe_calls
         # fit N batches (and the warmup) of every callable into the budget: a 50 ms call cannot
         # be called 3,000 times
         budget_calls = s.max_wall_s * 1e9 / max(1.0, sum(per_call_ns.values())) / (s.batches + s.warmup_batches)
@@ -187,42 +227,47 @@ class HostTiming:
         warm_calls = batch_calls * s.warmup_batches
         for name in names if warm_calls else ():
             with ctx(name):
-                issue_ns, drain_ns, _ = self._batch(fns[name], warm_calls)
-            warm_ns[name] = issue_ns + drain_ns
+                warm = self._batch(fns[name], warm_calls)
+            warm_ns[name] = warm.issue_ns + warm.drain_ns
 
-        issue: dict[str, list[int]] = {n: [] for n in names}
-        drain: dict[str, list[int]] = {n: [] for n in names}
-        cpu: dict[str, list[int]] = {n: [] for n in names}
+        taken: dict[str, list[_Batch]] = {n: [] for n in names}
+        counts = {n: self._probe.count() for n in names}
         retries = {n: 0 for n in names}
         first: list[str] = []
         for order in self._orders(names):
             first.append(order[0])
             for name in order:
                 with ctx(name):
-                    i_ns, d_ns, c_ns, r = self._timed_batch(fns[name], batch_calls)
-                issue[name].append(i_ns)
-                drain[name].append(d_ns)
-                cpu[name].append(c_ns)
+                    batch, r = self._timed_batch(fns[name], batch_calls, counts[name])
+                taken[name].append(batch)
                 retries[name] += r
 
+        # a round (batch i of every callable) is left out when any of its batches lost the CPU, so
+        # the callables' values stay paired batch by batch (run/ab.py pairs them); none clean: all kept
+        clean_rounds = [i for i in range(s.batches) if not any(taken[n][i].contended for n in names)]
+        rounds = clean_rounds or list(range(s.batches))
         out = {}
         for name in names:
-            samples_us = [ns / batch_calls / 1e3 for ns in issue[name]]
-            drain_us = float(np.median(drain[name])) / 1e3
-            batch_us = float(np.median(issue[name])) / 1e3
+            kept_batches = [taken[name][i] for i in rounds]
+            kept_contended = sum(b.contended for b in kept_batches)
+            samples_us = [b.issue_ns / batch_calls / 1e3 for b in kept_batches]
+            drain_us = float(np.median([b.drain_ns for b in kept_batches])) / 1e3
+            batch_us = float(np.median([b.issue_ns for b in kept_batches])) / 1e3
+            contention = counts[name].details("batches", dropped=counts[name].contended - kept_contended,
+                                              kept=kept_contended, in_number=len(kept_batches))
             details: dict[str, Any] = {
                 "batches": s.batches, "batch_calls": batch_calls, "order": s.order, "variants": names,
                 "first_in_batch": first.count(name), "drain_us_median": drain_us,
-                "gpu_paced": self.device_kind == "cuda" and drain_us > max(_DRAIN_FLOOR_US, 0.1 * batch_us),
+                "gpu_paced": self.device_kind == "cuda" and _drain_large(drain_us * 1e3, batch_us * 1e3),
                 "warnings": warnings[name], "device_kind": self.device_kind,
-                "cpu_us_per_call": [ns / batch_calls / 1e3 for ns in cpu[name]],
+                "cpu_us_per_call": [b.cpu_ns / batch_calls / 1e3 for b in kept_batches],
                 "preempt_retries": retries[name],
-                "preempted_batches": sum(_preempted(w, c) for w, c in zip(issue[name], cpu[name], strict=True)),
+                "contention_flags": counts[name].flags,
+                "rounds_dropped": s.batches - len(rounds),
+                **contention,
             }
-            if details["preempted_batches"] * 4 > s.batches:
-                details["warnings"] = [*warnings[name], f"the thread lost the CPU in {details['preempted_batches']} "
-                                       f"of {s.batches} batches: host time includes time off the CPU "
-                                       "(a busy machine); cpu_us_per_call is the CPU the calls used"]
+            if contention["cpu_contended"]:
+                details["warnings"] = [*warnings[name], contention["cpu_contended_why"]]
             if batch_calls < s.batch_calls:
                 details["batch_calls_reduced_from"] = s.batch_calls
             if self.device_kind != "cuda":

@@ -20,9 +20,17 @@ __all__ = ["host_metrics", "PUBLIC"]
 PUBLIC = "public"
 
 
+#: What the host timer says about batches that lost the CPU (measure/cpu_contention.py), per entry.
+_CONTENTION_KEYS = ("contention_signal", "contended_batches_dropped", "contended_batches_kept", "cpu_wait_fraction",
+                    "cpu_contended", "cpu_contended_why")
+
+
 def _entry(m: Measurement) -> dict[str, Any]:
+    """One timed entry's numbers, and whether they lost the CPU: the public call and each layer
+    are judged alike, so a layer's number never reads as clean when its batches were not."""
     return {"host_us_per_call": m.summary["median"], "iqr_us": m.summary["iqr"],
-            "batch_us_per_call": m.samples_us, "summary_us": m.summary}
+            "batch_us_per_call": m.samples_us, "summary_us": m.summary,
+            **{k: m.details[k] for k in _CONTENTION_KEYS if k in m.details}}
 
 
 def host_metrics(prepared: Prepared, device_kind: str, settings: HostTimeSettings,

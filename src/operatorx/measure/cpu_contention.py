@@ -1,0 +1,186 @@
+"""Did a host-clock sample lose the CPU? The signal the host timers use to drop contended samples.
+
+A host-clock sample is the wall time around a call. On a busy machine (other processes on the
+same cores) the timing thread can be runnable but not running for part of that interval: the
+sample then measures the scheduler, not the call. Its spread inside one run does not show this
+(every sample of a run on a loaded machine is slowed alike: 7,985 µs ± 0.5% for a ~500 µs call),
+so each sample is judged on its own, the way a starved GPU call is:
+
+- **schedstat** (Linux, preferred): field 2 of `/proc/thread-self/schedstat` is the time the
+  thread spent on a run queue waiting for a CPU, in ns (`sched_info.run_delay`). That is exactly
+  "runnable but not running". A sample is contended when its run-queue wait exceeds
+  `CONTENDED_WAIT_FRACTION` of its wall time. Time spent blocked (sleeping, waiting on a GPU
+  synchronize, a lock, I/O) is not run-queue wait, so a call that legitimately waits is never
+  called contended. The kernel adds a wait to `run_delay` when the thread gets the CPU back, so a
+  read made by the running thread after the call includes every wait inside it.
+- **CPU time** (fallback where schedstat is missing): a sample is contended when its wall time
+  exceeds the CPU time used in it by more than `CONTENDED_WAIT_FRACTION` of the wall time and
+  more than `_FALLBACK_SLACK_NS` (the clock reads themselves cost CPU-time-less wall time). This
+  cannot tell waiting for a CPU from blocking, so it is right only for calls that do not block;
+  the timers say which signal they used (`contention_signal`).
+
+Two scopes, because the two host timers time different things:
+- `thread`: the calling thread only (`run --host`: the Python path of one call is that thread's
+  work; the fallback is `time.thread_time_ns`).
+- `process`: every thread of the process (the CPU device: torch runs an op's compute on its
+  intra-op threads too, and a starved worker delays the call as much as a starved caller). The
+  wait is the sum over threads; the fallback is `time.process_time_ns` (all threads' CPU), which is
+  conservative: k busy threads use k × wall of CPU, so only a call whose threads together got
+  less than one CPU's worth of the interval is flagged.
+
+What neither sees: time the hypervisor takes the whole virtual CPU away (steal time), which is
+invisible inside the guest's scheduler accounting.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal, Optional
+
+__all__ = ["CONTENDED_WAIT_FRACTION", "CpuStamp", "ContentionProbe", "ContentionCount", "Scope", "Signal",
+           "schedstat_available"]
+
+Scope = Literal["thread", "process"]
+Signal = Literal["schedstat_run_delay", "thread_cpu_time", "process_cpu_time"]
+
+#: A sample whose run-queue wait (or, in the fallback, wall time not spent on the CPU) exceeds this
+#: fraction of its wall time measured the scheduler: 5% is above the few-µs jitter of a wake-up
+#: and far below what one lost time slice (0.7–3 ms) does to any call shorter than the slice.
+CONTENDED_WAIT_FRACTION = 0.05
+#: The fallback's absolute slack: CPU time and wall time are read by different clocks, and reading
+#: them costs wall time that a tiny call would see as "lost".
+_FALLBACK_SLACK_NS = 20_000
+#: A measurement is `cpu_contended` when more than this fraction of its samples were contended.
+MOSTLY = 0.5
+
+_SCHEDSTAT = "/proc/thread-self/schedstat"
+
+
+def _run_delay_ns(fd: int) -> int:
+    """Field 2 of an open schedstat file: ns spent runnable on a run queue, not running."""
+    return int(os.pread(fd, 128, 0).split()[1])
+
+
+def schedstat_available() -> bool:
+    """Whether this kernel gives per-thread run-queue wait (Linux with sched_info; zeros mean off)."""
+    try:
+        with open(_SCHEDSTAT, "rb") as f:
+            fields = f.read().split()
+    except OSError:
+        return False
+    # "0 0 0" is what a kernel without sched_info writes; a thread that has run has a nonzero field 1
+    return len(fields) >= 3 and fields != [b"0", b"0", b"0"]
+
+
+@dataclass(frozen=True)
+class CpuStamp:
+    """The counters read just before or just after a timed interval (outside it)."""
+
+    wait_ns: int
+    """Run-queue wait so far, summed over the scope's threads (0 in the fallback)."""
+    cpu_ns: int
+    """CPU time so far of the scope (the thread, or all threads of the process)."""
+
+
+@dataclass
+class ContentionCount:
+    """Per-measurement tally: how many samples were judged, how many contended, and the wait."""
+
+    signal: Signal
+    scope: Scope
+    samples: int = 0
+    contended: int = 0
+    wall_ns: int = 0
+    lost_ns: int = 0
+    flags: list[bool] = field(default_factory=list)
+
+    def add(self, contended: bool, wall_ns: int, lost_ns: int) -> None:
+        self.samples += 1
+        self.contended += contended
+        self.wall_ns += wall_ns
+        self.lost_ns += max(0, lost_ns)
+        self.flags.append(contended)
+
+    @property
+    def mostly_contended(self) -> bool:
+        return self.samples > 0 and self.contended > MOSTLY * self.samples
+
+    @property
+    def wait_fraction(self) -> Optional[float]:
+        """Run-queue wait (fallback: wall time off the CPU) over the wall time of all judged samples."""
+        return self.lost_ns / self.wall_ns if self.wall_ns > 0 else None
+
+    def details(self, unit: str, dropped: int, kept: int, in_number: int) -> dict[str, Any]:
+        """The row's fields (`unit` is "samples" or "batches"), and why when the number is not clean.
+
+        `dropped`: contended samples left out of the number; `kept`: contended samples in it (there
+        was no clean set to report); `in_number`: samples the number is taken from."""
+        out: dict[str, Any] = {"contention_signal": self.signal, f"contended_{unit}_dropped": dropped,
+                               f"contended_{unit}_kept": kept, "cpu_wait_fraction": self.wait_fraction,
+                               "cpu_contended": self.mostly_contended or kept > 0}
+        what = (f"{'run-queue wait' if self.signal == 'schedstat_run_delay' else 'wall time off the CPU'} > "
+                f"{CONTENDED_WAIT_FRACTION:.0%} of their wall time, {self.signal}")
+        if kept > 0:
+            which = f"all {kept}" if kept == in_number else f"{kept} of the {in_number}"
+            out["cpu_contended_why"] = (f"{which} {unit} the number is taken from lost the CPU ({what}) and no clean "
+                                        "set was left: the number is kept but includes waiting for a CPU on a busy "
+                                        "machine")
+        elif out["cpu_contended"]:
+            out["cpu_contended_why"] = (f"{self.contended} of {self.samples} {unit} taken lost the CPU ({what}) and "
+                                        "were dropped: the machine was busy; the number is from the clean ones")
+        return out
+
+
+class ContentionProbe:
+    """Reads the counters around each timed interval and judges the interval.
+
+    Use as a context manager in the thread that times the calls (the schedstat files are opened
+    for that thread). Process scope lists the process's threads when entered: threads started
+    later (an intra-op pool created by the first call) are not watched, so enter after warmup.
+    """
+
+    def __init__(self, scope: Scope, *, prefer_schedstat: bool = True):
+        self.scope: Scope = scope
+        self._fds: list[int] = []
+        use = prefer_schedstat and schedstat_available()
+        self.signal: Signal = "schedstat_run_delay" if use else (
+            "thread_cpu_time" if scope == "thread" else "process_cpu_time")
+        self._cpu = time.thread_time_ns if scope == "thread" else time.process_time_ns
+
+    def __enter__(self) -> ContentionProbe:
+        if self.signal == "schedstat_run_delay":
+            paths = [_SCHEDSTAT] if self.scope == "thread" else [
+                f"/proc/self/task/{tid}/schedstat" for tid in os.listdir("/proc/self/task")]
+            for path in paths:
+                try:
+                    self._fds.append(os.open(path, os.O_RDONLY))
+                except OSError:               # a thread that ended between the listing and the open
+                    continue
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for fd in self._fds:
+            os.close(fd)
+        self._fds = []
+
+    def count(self) -> ContentionCount:
+        return ContentionCount(signal=self.signal, scope=self.scope)
+
+    def read(self) -> CpuStamp:
+        wait = 0
+        for fd in self._fds:
+            try:
+                wait += _run_delay_ns(fd)
+            except (OSError, ValueError, IndexError):   # the thread ended: its waits are over
+                continue
+        return CpuStamp(wait_ns=wait, cpu_ns=self._cpu())
+
+    def judge(self, wall_ns: int, before: CpuStamp, after: CpuStamp) -> tuple[bool, int]:
+        """(contended, ns lost to the scheduler) for an interval of `wall_ns` between two reads."""
+        if self.signal == "schedstat_run_delay":
+            wait = after.wait_ns - before.wait_ns
+            return wait > CONTENDED_WAIT_FRACTION * wall_ns, wait
+        lost = wall_ns - (after.cpu_ns - before.cpu_ns)
+        return lost > max(_FALLBACK_SLACK_NS, CONTENDED_WAIT_FRACTION * wall_ns), lost

@@ -1,0 +1,189 @@
+"""The host clock with a real CPU hog: contended samples are dropped or flagged, never reported clean.
+
+The timing thread and N busy-loop processes are pinned to ONE cpu, so contention is certain even on
+a 2-core shared machine; the control pins the same way without the hogs. The timed calls do a fixed
+amount of CPU work (they spin on the thread's CPU clock), so a sample that lost the CPU is longer
+than the call, as a real op's would be (a wall-clock spin would hide the loss).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from operatorx.measure.cpu_contention import (
+    CONTENDED_WAIT_FRACTION,
+    ContentionProbe,
+    CpuStamp,
+    schedstat_available,
+)
+from operatorx.measure.host_clock import HostClockTiming
+from operatorx.measure.host_time import HostTimeSettings, HostTiming
+from operatorx.measure.settings import TimingSettings
+
+linux_only = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs sched_setaffinity (Linux)")
+
+HOGS = 3          # with the timing thread: a quarter of the CPU each, slices of ~1-3 ms
+
+
+def cpu_work(us: float) -> Callable[[], None]:
+    """A call that uses `us` µs of this thread's CPU: its wall time grows when it loses the CPU."""
+    ns, clock = int(us * 1000), time.thread_time_ns
+
+    def call() -> None:
+        end = clock() + ns
+        while clock() < end:
+            pass
+    return call
+
+
+@contextmanager
+def one_cpu(hogs: int) -> Iterator[int]:
+    """Pin this thread to one CPU with `hogs` busy-loop processes pinned there too; undo it after."""
+    old = os.sched_getaffinity(0)
+    cpu = max(old)
+    os.sched_setaffinity(0, {cpu})
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        for _ in range(hogs):
+            procs.append(subprocess.Popen(
+                [sys.executable, "-c", f"import os\nos.sched_setaffinity(0, {{{cpu}}})\nprint('up', flush=True)\n"
+                 "while True:\n    pass\n"], stdout=subprocess.PIPE, text=True))
+        for p in procs:                       # each is in its loop before the timing starts
+            assert p.stdout is not None and p.stdout.readline().strip() == "up"
+        yield cpu
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+        os.sched_setaffinity(0, old)
+
+
+def clock_settings(**kw: float) -> TimingSettings:
+    base: dict = {"warmup_calls": 2, "warmup_floor_s": 0.0, "first_warmup_floor_s": 0.0, "noise_target": 0.0,
+                  "min_samples": 5, "max_samples": 60, "max_time_s": 1.0, "timeout_s": 3.0}
+    return TimingSettings(**{**base, **kw})
+
+
+# --- the judgement, on planted counter values --------------------------------------------------
+
+def test_schedstat_judgement_is_a_fraction_of_wall_time() -> None:
+    probe = ContentionProbe("thread")
+    probe.signal = "schedstat_run_delay"
+    start = CpuStamp(wait_ns=1_000, cpu_ns=0)
+    wall = 1_000_000
+    at_limit = int(CONTENDED_WAIT_FRACTION * wall)
+    assert probe.judge(wall, start, CpuStamp(wait_ns=1_000 + at_limit, cpu_ns=0)) == (False, at_limit)
+    assert probe.judge(wall, start, CpuStamp(wait_ns=1_000 + at_limit + 1, cpu_ns=0)) == (True, at_limit + 1)
+    # blocked time (a sleep, a GPU synchronize) is no run-queue wait: CPU time far below wall is fine
+    assert probe.judge(wall, start, CpuStamp(wait_ns=1_000, cpu_ns=10)) == (False, 0)
+
+
+def test_cpu_time_fallback_needs_both_the_fraction_and_the_slack() -> None:
+    probe = ContentionProbe("thread", prefer_schedstat=False)
+    assert probe.signal == "thread_cpu_time"
+    assert ContentionProbe("process", prefer_schedstat=False).signal == "process_cpu_time"
+    zero = CpuStamp(wait_ns=0, cpu_ns=0)
+    # 10 µs lost of 50 µs is 20%, but under the 20 µs slack: clock reads, not the scheduler
+    assert probe.judge(50_000, zero, CpuStamp(0, 40_000)) == (False, 10_000)
+    assert probe.judge(1_000_000, zero, CpuStamp(0, 940_000)) == (True, 60_000)
+    assert probe.judge(1_000_000, zero, CpuStamp(0, 960_000)) == (False, 40_000)
+
+
+def test_counts_say_mostly_and_all_contended() -> None:
+    count = ContentionProbe("thread").count()
+    for contended in (True, True, False):
+        count.add(contended, wall_ns=1_000, lost_ns=500 if contended else 0)
+    d = count.details("samples", dropped=2, kept=0, in_number=1)
+    assert d["contended_samples_dropped"] == 2 and d["contended_samples_kept"] == 0
+    assert d["cpu_contended"] is True and d["cpu_wait_fraction"] == pytest.approx(1_000 / 3_000)
+    assert d["cpu_contended_why"].startswith("2 of 3 samples taken lost the CPU")
+    all_of = count.details("samples", dropped=0, kept=3, in_number=3)
+    assert all_of["cpu_contended"] is True and all_of["cpu_contended_why"].startswith("all 3 samples the number")
+    assert "the number is kept but includes waiting for a CPU" in all_of["cpu_contended_why"]
+    count.add(False, wall_ns=1_000, lost_ns=0)            # 2 of 4: not more than half
+    assert count.details("samples", dropped=2, kept=0, in_number=2)["cpu_contended"] is False
+    some = count.details("batches", dropped=0, kept=1, in_number=4)  # paired rounds: one contended batch kept
+    assert some["cpu_contended"] is True and some["cpu_contended_why"].startswith("1 of the 4 batches")
+
+
+@linux_only
+def test_schedstat_sees_this_thread_wait_for_a_hogged_cpu() -> None:
+    if not schedstat_available():
+        pytest.skip("no /proc/thread-self/schedstat run-queue wait on this kernel")
+    with one_cpu(HOGS), ContentionProbe("thread") as probe:
+        before = probe.read()
+        t0 = time.perf_counter_ns()
+        cpu_work(50_000)()                       # 50 ms of CPU: many slices, each followed by a wait
+        wall = time.perf_counter_ns() - t0
+        after = probe.read()
+    contended, wait = probe.judge(wall, before, after)
+    assert contended and wait > 0.3 * wall      # a quarter of one CPU: about three quarters waiting
+
+
+# --- the CPU-device timer (HostClockTiming) ----------------------------------------------------
+
+@linux_only
+def test_cpu_clock_control_on_a_pinned_idle_cpu_flags_nothing() -> None:
+    with one_cpu(0):
+        m = HostClockTiming(clock_settings()).measure(cpu_work(1_000))
+    d = m.details
+    assert d["contention_signal"] == ("schedstat_run_delay" if schedstat_available() else "process_cpu_time")
+    assert d["cpu_contended"] is False and d["contended_samples_kept"] == 0 and "cpu_contended_why" not in d
+    # a shared CI machine may still put another process on this CPU now and then: a few, never most
+    assert d["contended_samples_dropped"] <= len(m.samples_us) // 10
+    assert 1_000 <= m.summary["median"] < 1_100
+
+
+@linux_only
+@pytest.mark.parametrize("prefer_schedstat", [True, False])
+def test_cpu_clock_drops_samples_that_lost_the_cpu(prefer_schedstat: bool) -> None:
+    with one_cpu(HOGS):
+        m = HostClockTiming(clock_settings(), prefer_schedstat=prefer_schedstat).measure(cpu_work(1_000))
+    d = m.details
+    assert d["contended_samples_dropped"] >= 1 and d["contended_samples_kept"] == 0
+    # the kept samples are the call alone: a 1 ms call at a quarter of a CPU would take ~4 ms
+    assert 1_000 <= m.summary["median"] < 1_150 and max(m.samples_us) < 2_000 * 1.5
+    assert d["cpu_wait_fraction"] > 0
+
+
+@linux_only
+@pytest.mark.parametrize("prefer_schedstat", [True, False])
+def test_cpu_clock_all_contended_keeps_the_number_and_flags_it(prefer_schedstat: bool) -> None:
+    with one_cpu(HOGS):                          # 20 ms of CPU per call: longer than any slice
+        m = HostClockTiming(clock_settings(max_time_s=0.5), prefer_schedstat=prefer_schedstat).measure(
+            cpu_work(20_000))
+    d = m.details
+    assert d["contended_samples_kept"] == len(m.samples_us) >= 1 and d["contended_samples_dropped"] == 0
+    assert d["cpu_contended"] is True and d["cpu_contended_why"].startswith(f"all {len(m.samples_us)} samples")
+    assert m.summary["median"] > 1.3 * 20_000   # what was kept is inflated, and said so
+    assert d["cpu_wait_fraction"] > 0.3
+
+
+# --- host time of a Python call (HostTiming, `run --host`) -------------------------------------
+
+@linux_only
+def test_host_time_control_flags_nothing() -> None:
+    with one_cpu(0):
+        m = HostTiming(HostTimeSettings(batches=11, batch_calls=20)).measure(cpu_work(20))
+    d = m.details
+    assert d["cpu_contended"] is False and d["contended_batches_kept"] == 0
+    assert d["contended_batches_dropped"] <= 2 and len(m.samples_us) == 11
+    assert 20 <= m.summary["median"] < 23
+
+
+@linux_only
+def test_host_time_all_batches_contended_are_flagged() -> None:
+    with one_cpu(HOGS):                          # 20 ms batches: every one, and every retake, loses the CPU
+        m = HostTiming(HostTimeSettings(batches=3, batch_calls=20, preempt_retries=1)).measure(cpu_work(1_000))
+    d = m.details
+    assert d["contended_batches_kept"] == 3 and len(m.samples_us) == 3
+    assert d["contended_batches_dropped"] == 3 and d["preempt_retries"] == 3   # each taken again once
+    assert d["cpu_contended"] is True and any(w.startswith("all 3 batches the number") for w in d["warnings"])
+    assert m.summary["median"] > 1.3 * 1_000
