@@ -66,7 +66,7 @@ def build_linear(case: Case, args: GemmArgs, plan: Plan, stack: ExitStack) -> Bu
     gen = torch.Generator(device="cuda").manual_seed(case.seed())
     x = torch.randn(args.m, args.k, generator=gen, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(args.n, args.k, generator=gen, device="cuda", dtype=torch.bfloat16) / args.k ** 0.5
-    weight = quantize_matrix(w, plan.scheme)
+    weight = quantize_matrix(w, plan.scheme, scale_dtype=plan.weight_scale_dtype)
     del w
     tensors: dict[str, torch.Tensor] = {"weight": weight.q}
     if weight.scale is not None:

@@ -72,10 +72,14 @@ def _prepared(args: MoeArgs, plan: quant_map.Plan, built: Any, stack: ExitStack)
         rows = min(args.tokens, CHECK_ROWS)
         x = b.x[:rows]
         r = args.router
+        on_output = bool(b.metadata["wiring"].get("routed_scale_on_output"))
         logits = x.float() @ b.ref["gate"].float().T
-        router_w = route_weights(logits, seen["router_ids"][:rows], r.scoring, bool(r.renormalize), r.scale)
+        # routed scale on the output (Glm4MoE): the router's top-k weights are unscaled
+        router_w = route_weights(logits, seen["router_ids"][:rows], r.scoring, bool(r.renormalize),
+                                 None if on_output else r.scale)
         router_err = rel_error(seen["weights"][:rows], router_w)
-        refs = moe_reference(x, seen["ids"], seen["weights"], b.ref, plan.scheme, args.activation.kind)
+        routed_scale = float(r.scale) if on_output and r.scale is not None else 1.0
+        refs = moe_reference(x, seen["ids"], seen["weights"], b.ref, plan.scheme, args.activation, routed_scale)
         err, flavor = best_flavor(out[:rows].float(), plan.scheme, lambda f: refs[f])
         b.metadata["activation_scales_used"] = flavor
         b.metadata["router_weights_rel_error"] = router_err
@@ -99,4 +103,17 @@ def _prepared(args: MoeArgs, plan: quant_map.Plan, built: Any, stack: ExitStack)
 
     return Prepared(fn=fn, check=check, metadata=built.metadata, release=release,
                     min_bytes=args.min_bytes(experts_hit=built.metadata["experts_hit"]),
-                    layers={"eager": built.eager} if built.graph is not None else {})
+                    layers=_layers(built))
+
+
+def _layers(built: Any) -> dict[str, Any]:
+    """Deeper entry points for `--host`, each the whole block on the same input: the eager block
+    forward (when the timed call is a graph replay: the engine's eager step), and the block as its
+    public pieces called one by one (gate → router.select_experts → RoutedExperts.forward_modular
+    → shared MLP → combine), which skips the runner's `moe_forward` custom op. Monolithic kernels
+    have no select/apply split, and the build refuses them."""
+    out: dict[str, Any] = {}
+    if built.graph is not None:
+        out["block.forward"] = built.eager
+    out["gate+select_experts+forward_modular+shared"] = built.decomposed
+    return out

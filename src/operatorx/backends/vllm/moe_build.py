@@ -1,11 +1,22 @@
 """Build one vLLM MoE block for a moe case (imports vLLM; called from moe.py).
 
-Wired as vLLM 0.26's model blocks wire it, the gate handed to `FusedMoE` (the runner applies it):
-- DeepSeek-V3 style (sigmoid scoring): `GateLinear` gate + fp32 `e_score_correction_bias`,
-  grouped_topk, routed scaling in the top-k weights, shared expert = DeepseekV2MLP;
-- Qwen style (softmax): `ReplicatedLinear` gate, top-k, shared expert = Qwen2MoeMLP whose
-  output is scaled by sigmoid(shared_expert_gate(x)) when the case has a shared gate.
-The block runs `runner(hidden_states=x, router_logits=x)` inside vLLM's forward context.
+Wired as vLLM 0.26's model blocks wire it (quant_map.gate_wiring picks the block):
+- DeepSeek-V3 style (bf16 gate, sigmoid scoring): `GateLinear` gate handed to `FusedMoE` (the
+  runner applies it) + fp32 `e_score_correction_bias`, grouped_topk, routed scaling in the top-k
+  weights, shared expert = DeepseekV2MLP;
+- Qwen style (bf16 gate, softmax): `ReplicatedLinear` gate handed to `FusedMoE`, top-k, shared
+  expert = Qwen2MoeMLP / Qwen3NextMLP whose output is scaled by sigmoid(shared_expert_gate(x))
+  when the case has a shared gate (the gate lives in the MLP, as on CUDA: the runner's own
+  `shared_expert_gate` is only for ROCm's fused shared expert);
+- GLM-4.5 style (fp32 gate, grouped top-k): `Glm4MoE` builds the gate as `nn.Linear(dtype=fp32)`,
+  calls it on `hidden_states.to(fp32)` itself and hands the logits to `FusedMoE(
+  router_logits_dtype=fp32, apply_routed_scale_to_output=True)` (the runner scales the routed
+  output, not the top-k weights);
+- MiniMax-M2 style (fp32 gate, top-k): `MiniMaxM2MoE` builds `GateLinear(params_dtype=fp32,
+  out_dtype=fp32)`, calls it on the bf16 hidden states and hands the fp32 logits over.
+The expert activation goes to `FusedMoE(activation=, swiglu_limit=, swiglu_alpha=, swiglu_beta=)`
+(quant_map.moe_activation); the shared MLP's act-and-mul follows it (DeepseekV4MLP uses
+`SiluAndMulWithClamp` for the clamped SiLU). The block runs inside vLLM's forward context.
 
 A forced routing distribution replaces the ids the router chose, after the router has run
 (the router's weights stay): `RouterHook` wraps the router's `select_experts` on the instance.
@@ -21,26 +32,43 @@ import torch.nn.functional as F
 from torch import nn
 
 from operatorx.backends.vllm.common import vllm_refusals
+from operatorx.backends.vllm.quant_map import GateWiring, MoeAct, gate_wiring, moe_activation
 from operatorx.backends.vllm.weights import QuantMatrix, load_params, quantize_matrix, scale_name
 from operatorx.spec.moe import GroupedTopK, MoeArgs
 
 __all__ = ["SharedMLP", "MoeBlock", "RouterHook", "build_block", "expert_tensors", "shared_tensors"]
 
 
+def _act_and_mul(act: MoeAct) -> nn.Module:
+    """The shared MLP's act-and-mul module for the experts' activation (vLLM's CustomOps)."""
+    from vllm.model_executor.layers.activation import GeluAndMul, SiluAndMul, SiluAndMulWithClamp
+
+    if act.shared == "SiluAndMul":
+        return SiluAndMul()
+    if act.shared == "GeluAndMul":
+        return GeluAndMul()
+    if act.shared == "GeluAndMul(tanh)":
+        return GeluAndMul(approximate="tanh")
+    if act.shared == "SiluAndMulWithClamp":
+        assert act.limit is not None
+        return SiluAndMulWithClamp(act.limit, 1.0 if act.alpha is None else act.alpha,
+                                   0.0 if act.beta is None else act.beta)
+    raise ValueError(f"no shared-MLP form of {act.vllm_name}")
+
+
 class SharedMLP(nn.Module):
     """DeepseekV2MLP / Qwen2MoeMLP: merged gate_up → act-and-mul → down (→ × sigmoid gate)."""
 
-    def __init__(self, hidden: int, inter: int, act: str, quant_config: Any, prefix: str,
+    def __init__(self, hidden: int, inter: int, act: MoeAct, quant_config: Any, prefix: str,
                  expert_gate: Optional[nn.Module] = None):
         super().__init__()
-        from vllm.model_executor.layers.activation import GeluAndMul, SiluAndMul
         from vllm.model_executor.layers.linear import MergedColumnParallelLinear, RowParallelLinear
 
         self.gate_up_proj = MergedColumnParallelLinear(hidden, [inter] * 2, bias=False, quant_config=quant_config,
                                                        prefix=f"{prefix}.gate_up_proj")
         self.down_proj = RowParallelLinear(inter, hidden, bias=False, quant_config=quant_config,
                                            reduce_results=False, prefix=f"{prefix}.down_proj")
-        self.act_fn = SiluAndMul() if act == "silu" else GeluAndMul()
+        self.act_fn = _act_and_mul(act)
         self.expert_gate = expert_gate
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -52,12 +80,21 @@ class SharedMLP(nn.Module):
 
 
 class MoeBlock(nn.Module):
-    def __init__(self, gate: nn.Module, experts: nn.Module, shared: Optional[SharedMLP]):
+    def __init__(self, gate: nn.Module, experts: nn.Module, shared: Optional[SharedMLP],
+                 wiring: Optional[GateWiring] = None):
         super().__init__()
         self.gate, self.experts, self.shared = gate, experts, shared
+        self.wiring = wiring
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.experts(hidden_states=x, router_logits=x)
+        w = self.wiring
+        if w is None or not w.external:          # the runner holds the gate and applies it
+            return self.experts(hidden_states=x, router_logits=x)
+        if w.style == "glm4_moe":                # Glm4MoE.forward: fp32 nn.Linear on the upcast input
+            logits = self.gate(x.to(dtype=torch.float32))
+        else:                                    # MiniMaxM2MoE.forward: GateLinear returns (logits, bias)
+            logits, _ = self.gate(x)
+        return self.experts(hidden_states=x, router_logits=logits)
 
 
 class RouterHook:
@@ -100,22 +137,32 @@ def _accepted(fn: Any, kwargs: dict[str, Any]) -> tuple[dict[str, Any], list[str
     return {k: v for k, v in kwargs.items() if k in params}, dropped
 
 
+def _gate(gw: GateWiring, h: int, num: int, prefix: str) -> nn.Module:
+    from vllm.model_executor.layers.linear import ReplicatedLinear
+
+    if gw.style == "glm4_moe":
+        return nn.Linear(h, num, bias=False, dtype=torch.float32)
+    if gw.gate_cls == "GateLinear":
+        from vllm.model_executor.layers.fused_moe.router.gate_linear import GateLinear
+
+        if gw.params_fp32:      # MiniMaxM2MoE
+            return GateLinear(h, num, bias=False, params_dtype=torch.float32, out_dtype=torch.float32,
+                              prefix=f"{prefix}.gate")
+        return GateLinear(h, num, out_dtype=torch.float32 if gw.logits_fp32 else None, prefix=f"{prefix}.gate")
+    return ReplicatedLinear(h, num, bias=False, quant_config=None, prefix=f"{prefix}.gate")
+
+
 def build_block(args: MoeArgs, quant_config: Any, prefix: str) -> tuple[MoeBlock, dict[str, Any]]:
     """Construct gate, shared MLP and FusedMoE (on the current device); returns the wiring facts."""
     from vllm.model_executor.layers.fused_moe import FusedMoE
     from vllm.model_executor.layers.linear import ReplicatedLinear
 
     e, r, h = args.experts, args.router, args.hidden
-    deepseek = r.scoring == "sigmoid"
-    logits_fp32 = r.gate.logits == "fp32"
+    gw, act = gate_wiring(args), moe_activation(args.activation)
+    if isinstance(gw, str) or isinstance(act, str):     # quant_map refused these before any build
+        raise ValueError(gw if isinstance(gw, str) else act)
     with vllm_refusals("to build the router gate", construction=True):
-        if deepseek:
-            from vllm.model_executor.layers.fused_moe.router.gate_linear import GateLinear
-
-            gate: nn.Module = GateLinear(h, e.num, out_dtype=torch.float32 if logits_fp32 else None,
-                                         prefix=f"{prefix}.gate")
-        else:
-            gate = ReplicatedLinear(h, e.num, bias=False, quant_config=None, prefix=f"{prefix}.gate")
+        gate = _gate(gw, h, e.num, prefix)
         bias = nn.Parameter(torch.empty(e.num, dtype=torch.float32), requires_grad=False) if r.bias else None
         # nn.Module.__setattr__'s stub takes Tensor | Module only; torch accepts None (plain attribute)
         gate.e_score_correction_bias = bias  # type: ignore[assignment]
@@ -126,43 +173,58 @@ def build_block(args: MoeArgs, quant_config: Any, prefix: str) -> tuple[MoeBlock
         if s.gate == "sigmoid":
             expert_gate = ReplicatedLinear(h, 1, bias=False, quant_config=None, prefix=f"{prefix}.shared_expert_gate")
         with vllm_refusals("to build the shared-expert MLP", construction=True):
-            shared = SharedMLP(h, s.inter * s.count, args.activation.kind, quant_config, f"{prefix}.shared_experts",
-                               expert_gate)
+            shared = SharedMLP(h, s.inter * s.count, act, quant_config, f"{prefix}.shared_experts", expert_gate)
     grouped = isinstance(r.select, GroupedTopK)
     kwargs: dict[str, Any] = {
         "num_experts": e.num, "top_k": e.top_k, "hidden_size": h, "intermediate_size": e.inter,
         "renormalize": bool(r.renormalize), "quant_config": quant_config, "prefix": f"{prefix}.experts",
         "use_grouped_topk": grouped, "scoring_func": r.scoring,
         "routed_scaling_factor": float(r.scale) if r.scale is not None else 1.0,
-        "e_score_correction_bias": bias, "activation": args.activation.kind,
-        "shared_experts": shared, "gate": gate,
+        "e_score_correction_bias": bias, "shared_experts": shared, **act.fused_moe_kwargs(),
     }
+    if not gw.external:
+        kwargs["gate"] = gate
+    if gw.routed_scale_on_output:
+        kwargs["apply_routed_scale_to_output"] = True
     if grouped:
         assert isinstance(r.select, GroupedTopK)
         kwargs.update(num_expert_group=r.select.groups, topk_group=r.select.topk_groups)
-    if deepseek:
+    if gw.logits_fp32:
+        kwargs["router_logits_dtype"] = torch.float32
+    elif gw.style == "deepseek_v2":
         kwargs["router_logits_dtype"] = getattr(gate, "out_dtype", None)
     kwargs, dropped = _accepted(FusedMoE, kwargs)
-    if "gate" in dropped or "shared_experts" in dropped:
-        raise RuntimeError(f"this vLLM's FusedMoE takes no {dropped}: the block wiring here needs them")
+    needed = {"gate", "shared_experts", "activation", "swiglu_limit", "swiglu_alpha", "swiglu_beta",
+              "apply_routed_scale_to_output", "router_logits_dtype"}
+    if needed & set(dropped):
+        raise RuntimeError(f"this vLLM's FusedMoE takes no {sorted(needed & set(dropped))}: the block wiring "
+                           "here needs them")
     with vllm_refusals("to build FusedMoE", construction=True):
         runner = FusedMoE(**kwargs)
+    styles = {"deepseek_v2": "deepseek_v3 (DeepseekV2MoE)",
+              "qwen2_moe": "qwen (Qwen2MoeSparseMoeBlock / Qwen3NextSparseMoeBlock)",
+              "glm4_moe": "glm4_moe (Glm4MoE: fp32 nn.Linear gate on the fp32-cast input, routed scale on output)",
+              "minimax_m2": "minimax_m2 (MiniMaxM2MoE: fp32 GateLinear)"}
     wiring = {
-        "style": "deepseek_v3 (DeepseekV2MoE)" if deepseek
-        else "qwen (Qwen2MoeSparseMoeBlock / Qwen3NextSparseMoeBlock)",
-        "gate": type(gate).__name__, "gate_logits": "fp32" if logits_fp32 else "bf16",
+        "style": styles[gw.style],
+        "gate": type(gate).__name__, "gate_params": "fp32" if gw.params_fp32 else "bf16",
+        "gate_logits": "fp32" if gw.logits_fp32 else "bf16",
+        "gate_called_by": "the block (logits handed to FusedMoE)" if gw.external else "the MoE runner",
+        "routed_scale_on_output": gw.routed_scale_on_output,
+        "activation": act.fused_moe_kwargs(),
         "shared": None if shared is None else ("Qwen2MoeMLP-like with sigmoid expert gate"
                                               if shared.expert_gate is not None else "DeepseekV2MLP-like"),
+        "shared_act": None if shared is None else type(shared.act_fn).__name__,
         "fused_moe_kwargs_dropped": dropped,
     }
-    return MoeBlock(gate, runner, shared), wiring
+    return MoeBlock(gate, runner, shared, gw), wiring
 
 
 def _expert_scale_names(scheme: str) -> Optional[str]:
     return scale_name(scheme)
 
 
-def expert_tensors(args: MoeArgs, scheme: str, gen: torch.Generator
+def expert_tensors(args: MoeArgs, scheme: str, gen: torch.Generator, scale_dtype: str = "fp32"
                    ) -> tuple[dict[str, torch.Tensor], list[tuple[QuantMatrix, QuantMatrix]]]:
     """Checkpoint tensors for RoutedExperts (w13 = gate rows then up rows) and per-expert copies."""
     e, h = args.experts, args.hidden
@@ -171,7 +233,8 @@ def expert_tensors(args: MoeArgs, scheme: str, gen: torch.Generator
     for _ in range(e.num):
         w1 = torch.randn(2 * inter, h, generator=gen, device="cuda", dtype=torch.bfloat16) / h ** 0.5
         w2 = torch.randn(h, inter, generator=gen, device="cuda", dtype=torch.bfloat16) / inter ** 0.5
-        per_expert.append((quantize_matrix(w1, scheme, (inter, inter)), quantize_matrix(w2, scheme)))
+        per_expert.append((quantize_matrix(w1, scheme, (inter, inter), scale_dtype),
+                           quantize_matrix(w2, scheme, None, scale_dtype)))
     tensors = {"w13_weight": torch.stack([a.q for a, _ in per_expert]),
                "w2_weight": torch.stack([b.q for _, b in per_expert])}
     name = _expert_scale_names(scheme)
@@ -184,7 +247,7 @@ def expert_tensors(args: MoeArgs, scheme: str, gen: torch.Generator
 SharedRef = tuple[QuantMatrix, QuantMatrix, Optional[torch.Tensor]]
 
 
-def shared_tensors(args: MoeArgs, scheme: str, gen: torch.Generator
+def shared_tensors(args: MoeArgs, scheme: str, gen: torch.Generator, scale_dtype: str = "fp32"
                    ) -> tuple[dict[str, dict[str, torch.Tensor]], SharedRef]:
     """Checkpoint tensors for the shared MLP's two projections (+ its sigmoid gate)."""
     s = args.shared
@@ -192,7 +255,7 @@ def shared_tensors(args: MoeArgs, scheme: str, gen: torch.Generator
     h, inter = args.hidden, s.inter * s.count
     w1 = torch.randn(2 * inter, h, generator=gen, device="cuda", dtype=torch.bfloat16) / h ** 0.5
     w2 = torch.randn(h, inter, generator=gen, device="cuda", dtype=torch.bfloat16) / inter ** 0.5
-    q1, q2 = quantize_matrix(w1, scheme, (inter, inter)), quantize_matrix(w2, scheme)
+    q1, q2 = quantize_matrix(w1, scheme, (inter, inter), scale_dtype), quantize_matrix(w2, scheme, None, scale_dtype)
     name = scale_name(scheme)
     out: dict[str, dict[str, torch.Tensor]] = {"gate_up_proj": {"weight": q1.q}, "down_proj": {"weight": q2.q}}
     if name is not None:
@@ -204,10 +267,14 @@ def shared_tensors(args: MoeArgs, scheme: str, gen: torch.Generator
     return out, (q1, q2, sgate)
 
 
-def load_block(block: MoeBlock, args: MoeArgs, scheme: str, gen: torch.Generator) -> dict[str, Any]:
-    """Load every weight of the block in checkpoint format; returns what the reference needs."""
+def load_block(block: MoeBlock, args: MoeArgs, scheme: str, gen: torch.Generator,
+               scale_dtype: str = "fp32") -> dict[str, Any]:
+    """Load every weight of the block in checkpoint format; returns what the reference needs.
+
+    An fp32 gate (GLM-4.5, MiniMax-M2) gets fp32 weights, as those checkpoints store it."""
     e, h = args.experts, args.hidden
-    gate_w = torch.randn(e.num, h, generator=gen, device="cuda", dtype=torch.bfloat16) / h ** 0.5
+    gate_dtype = torch.float32 if args.router.gate.dtype == "fp32" else torch.bfloat16
+    gate_w = torch.randn(e.num, h, generator=gen, device="cuda", dtype=gate_dtype) / h ** 0.5
     gate_tensors = {"weight": gate_w}
     bias = None
     if args.router.bias:
@@ -215,7 +282,7 @@ def load_block(block: MoeBlock, args: MoeArgs, scheme: str, gen: torch.Generator
         gate_tensors["e_score_correction_bias"] = bias
     load_params(block.gate, gate_tensors, "gate")
     re = cast(nn.Module, block.experts.routed_experts)    # FusedMoE's RoutedExperts (vLLM is untyped here)
-    tensors, per_expert = expert_tensors(args, scheme, gen)
+    tensors, per_expert = expert_tensors(args, scheme, gen, scale_dtype)
     if bias is not None and "e_score_correction_bias" in dict(re.named_parameters(recurse=False)):
         # vLLM 0.26's routed experts register the gate's correction bias as their own parameter too
         tensors["e_score_correction_bias"] = bias
@@ -223,7 +290,7 @@ def load_block(block: MoeBlock, args: MoeArgs, scheme: str, gen: torch.Generator
     del tensors
     ref: dict[str, Any] = {"gate": gate_w, "bias": bias, "experts": per_expert, "shared": None}
     if block.shared is not None:
-        sh, (q1, q2, sgate) = shared_tensors(args, scheme, gen)
+        sh, (q1, q2, sgate) = shared_tensors(args, scheme, gen, scale_dtype)
         load_params(block.shared.gate_up_proj, sh["gate_up_proj"], "shared.gate_up_proj")
         load_params(block.shared.down_proj, sh["down_proj"], "shared.down_proj")
         if sgate is not None:

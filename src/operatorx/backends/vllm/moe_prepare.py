@@ -51,6 +51,31 @@ class BuiltMoe(GraphOrEager):
                                "inside, so the routing cannot be read (or forced) from outside")
         return self.hook.seen
 
+    def logits(self) -> torch.Tensor:
+        """The router gate as the model block calls it (GateLinear/ReplicatedLinear return a pair)."""
+        gate, w = self.block.gate, self.block.wiring
+        if w is not None and w.style == "glm4_moe":
+            return cast(torch.Tensor, gate(self.x.to(dtype=torch.float32)))
+        return cast(torch.Tensor, gate(self.x)[0])
+
+    def decomposed(self) -> torch.Tensor:
+        """The block as its public pieces, called one by one without the runner's custom op: gate,
+        `router.select_experts`, `RoutedExperts.forward_modular` (quant_method.apply), the shared
+        MLP, then the runner's combine (routed scale on the output where the block asks, + shared).
+        Host time split: what the `moe_forward` custom op and the forward context cost on top."""
+        runner: Any = self.block.experts
+        re: Any = runner.routed_experts
+        x = self.x
+        weights, ids = runner.router.select_experts(hidden_states=x, router_logits=self.logits(),
+                                                    topk_indices_dtype=re.quant_method.topk_indices_dtype)
+        out = re.forward_modular(x=x, topk_weights=weights, topk_ids=ids)
+        w = self.block.wiring
+        if w is not None and w.routed_scale_on_output and runner.routed_scaling_factor != 1.0:
+            out = out * runner.routed_scaling_factor
+        if self.block.shared is not None:
+            out = out + self.block.shared(x)
+        return cast(torch.Tensor, out)
+
     def forget(self) -> None:
         self.graph = None
         self.env.forget_layer(f"{self.prefix}.experts")
@@ -75,11 +100,12 @@ def build_moe(case: Case, args: MoeArgs, plan: Plan, stack: ExitStack) -> BuiltM
 
     gen = torch.Generator(device="cuda").manual_seed(case.seed())
     before = {"routed_experts": param_summary(re)}
-    built.ref = load_block(block, args, plan.scheme, gen)
+    built.ref = load_block(block, args, plan.scheme, gen, plan.weight_scale_dtype)
     with vllm_refusals("process_weights_after_loading", construction=True):
         process_after_loading(block)
     after = {"routed_experts": param_summary(re)}
     qm = re.quant_method
+    _refuse_unclamped_fusion(args, plan, qm)
     if getattr(qm, "is_monolithic", False):
         raise Unsupported(f"{class_name(qm)} is monolithic here (routing inside the kernel): OperatorX cannot "
                           "read or force its routing, so it cannot check or force this case")
@@ -104,6 +130,23 @@ def build_moe(case: Case, args: MoeArgs, plan: Plan, stack: ExitStack) -> BuiltM
     if built.graph is not None:
         built.metadata["eager_kernels"] = eager_kernel_names(built.eager)
     return built
+
+
+def _refuse_unclamped_fusion(args: MoeArgs, plan: Plan, qm: Any) -> None:
+    """vLLM 0.26 TritonExperts.apply fuses SiLU-and-mul with the fp8 1x128 quant of the second GEMM's
+    input (`ops.silu_and_mul_per_block_quant`) for fp8 [128, 128] blocks when DeepGEMM's E8M0 is not
+    used, and that fused kernel has no clamp: a clamped SiLU would silently run unclamped."""
+    act = args.activation
+    if plan.scheme != "fp8_block" or act.kind != "silu" or act.limit is None:
+        return
+    from vllm.model_executor.layers.quantization.utils.fp8_utils import is_deep_gemm_e8m0_used
+
+    facts = _kernel_facts(qm)
+    experts = f"{facts.get('experts_cls')} {facts.get('fused_experts')}"
+    if "Triton" in experts and not is_deep_gemm_e8m0_used():
+        raise Unsupported("clamped SiLU (limit) with fp8 block experts: with DeepGEMM E8M0 off, vLLM 0.26's "
+                          "TritonExperts fuses SiLU-and-mul with the 1x128 quant (silu_and_mul_per_block_quant), "
+                          "which has no clamp; vLLM would compute an unclamped SiLU")
 
 
 def _kernel_facts(qm: Any) -> dict[str, Any]:

@@ -3,6 +3,16 @@
 Expert weights are dequantized from the checkpoint copies; activations go through the same
 quantization vLLM applies (per flavor, see reference.py); the first GEMM's output and the
 activation are rounded to bf16 as vLLM's fused kernels store them.
+
+The activation is computed from the case's descriptor with vLLM 0.26's definitions
+(layers/activation.py forward_native, fused_moe/utils.py `_swiglu_limit_torch`), written out
+here rather than called, so a change in vLLM's kernels shows as a failed check:
+- silu / gelu / gelu_tanh: act(gate) * up, gate = first half of the w1 rows, up = second half;
+- silu with `limit` L (DeepSeek-V4's swiglu_limit): gate clamped to <= L, up to [-L, L]
+  (only when L > 0, as vLLM does), then silu(gate) * up;
+- swigluoai (alpha a, beta b, limit L; defaults 1.702, 1, 7): gate <= L, up in [-L, L],
+  gate * sigmoid(a * gate) * (up + b); gate/up alternate rows when `interleaved` (gpt-oss),
+  else halves (vLLM's swigluoai_uninterleave).
 """
 
 from __future__ import annotations
@@ -12,31 +22,59 @@ from typing import Any, Optional
 import torch
 import torch.nn.functional as F
 
+from operatorx.backends.vllm.quant_map import SWIGLUOAI_KERNEL_DEFAULTS
 from operatorx.backends.vllm.reference import ACT_FLAVORS, act_quant_dequant
+from operatorx.spec.moe import Activation
 
-__all__ = ["moe_reference"]
-
-
-def _act(h: torch.Tensor, kind: str) -> torch.Tensor:
-    half = h.shape[-1] // 2
-    gate, up = h[..., :half], h[..., half:]
-    return (F.silu(gate) if kind == "silu" else F.gelu(gate)) * up
+__all__ = ["moe_reference", "gated_activation"]
 
 
-def _mlp(x_q: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, scheme: str, flavor: str, act: str) -> torch.Tensor:
+def gated_activation(h: torch.Tensor, act: Activation) -> torch.Tensor:
+    """[rows, 2I] → [rows, I] in fp32, as vLLM's fused MoE computes the case's activation."""
+    h = h.float()
+    if act.interleaved:
+        gate, up = h[..., 0::2], h[..., 1::2]
+    else:
+        half = h.shape[-1] // 2
+        gate, up = h[..., :half], h[..., half:]
+    if act.kind == "swigluoai":
+        d = SWIGLUOAI_KERNEL_DEFAULTS
+        alpha = d["alpha"] if act.alpha is None else act.alpha
+        beta = d["beta"] if act.beta is None else act.beta
+        limit = d["limit"] if act.limit is None else act.limit
+        gate = gate.clamp(max=limit)
+        up = up.clamp(min=-limit, max=limit)
+        return gate * torch.sigmoid(alpha * gate) * (up + beta)
+    if act.limit is not None and act.limit > 0:
+        gate = gate.clamp(max=act.limit)
+        up = up.clamp(min=-act.limit, max=act.limit)
+    if act.kind == "silu":
+        return F.silu(gate) * up
+    if act.kind == "gelu":
+        return F.gelu(gate) * up
+    if act.kind == "gelu_tanh":
+        return F.gelu(gate, approximate="tanh") * up
+    raise ValueError(f"no reference for activation {act.kind!r}")
+
+
+def _mlp(x_q: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, scheme: str, flavor: str,
+         act: Activation) -> torch.Tensor:
     h = (x_q @ w1.T).to(torch.bfloat16).float()
-    a = _act(h, act).to(torch.bfloat16)
+    a = gated_activation(h, act).to(torch.bfloat16)
     return act_quant_dequant(a, scheme, flavor) @ w2.T
 
 
 def moe_reference(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, ref: dict[str, Any],
-                  scheme: str, act: str) -> dict[str, torch.Tensor]:
-    """flavor → fp32 [rows, H] output (routed, weighted, plus the shared expert)."""
+                  scheme: str, act: Activation, routed_scale: float = 1.0) -> dict[str, torch.Tensor]:
+    """flavor → fp32 [rows, H] output (routed, weighted, plus the shared expert).
+
+    `routed_scale` multiplies the routed sum when vLLM scales the routed output rather than the
+    top-k weights (FusedMoE(apply_routed_scale_to_output=True), Glm4MoE)."""
     flavors = ACT_FLAVORS[scheme]
     rows = x.shape[0]
     xq = {f: act_quant_dequant(x, scheme, f) for f in flavors}
     out = {f: torch.zeros(rows, x.shape[1], device=x.device, dtype=torch.float32) for f in flavors}
-    ids, w = ids[:rows].long(), weights[:rows].float()
+    ids, w = ids[:rows].long(), weights[:rows].float() * routed_scale
     for expert in torch.unique(ids).tolist():
         tok, slot = (ids == expert).nonzero(as_tuple=True)
         q1, q2 = ref["experts"][expert]

@@ -11,15 +11,16 @@ checkpoint's `quantization_config` holds, so the mapping reads like the checkpoi
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Optional, Union
 
 from operatorx.spec.gemm import GemmArgs
-from operatorx.spec.moe import GroupedTopK, MoeArgs, TopK
+from operatorx.spec.moe import Activation, GroupedTopK, MoeArgs, TopK
 from operatorx.spec.operand import Operand
 
 __all__ = ["QuantConfigSpec", "Plan", "Scheme", "pair_scheme", "gemm_plan", "moe_plan", "SELECTION_ENV",
-           "capture_sizes", "MAX_CAPTURE_SIZE"]
+           "capture_sizes", "MAX_CAPTURE_SIZE", "MoeAct", "moe_activation", "GateWiring", "gate_wiring",
+           "SWIGLUOAI_KERNEL_DEFAULTS"]
 
 Scheme = Literal["bf16", "fp8_tensor_static", "fp8_token_tensor", "fp8_token_channel", "fp8_block"]
 
@@ -67,6 +68,11 @@ class Plan:
     """What ../shared/docs/vllm-quant-map.md expects vLLM to select on sm90 (metadata only:
     the row records what vLLM actually selected)."""
     notes: tuple[str, ...] = field(default=())
+    weight_scale_dtype: Literal["fp32", "bf16"] = "fp32"
+    """The dtype the checkpoint stores 128x128 block weight scales in. vLLM 0.26's Fp8 methods
+    register `weight_scale_inv` as fp32 parameters and the loader's `param.data.copy_` upcasts a
+    bf16 tensor (Qwen3.5/Qwen3-Next FP8 checkpoints) into them; the synthetic scales are powers
+    of two, exact in both."""
 
     @property
     def quantized(self) -> bool:
@@ -142,8 +148,12 @@ def pair_scheme(a: Operand, w: Operand, what: str) -> Union[Scheme, str]:
         if ak != "group128":
             return (f"{what}: 128x128 block weights take dynamic 1x128 activation groups in vLLM "
                     f"(Fp8Config requires dynamic); got a={a.scheme_name()}")
-        if {a.scale.dtype, w.scale.dtype} - {"fp32", "ue8m0"}:
-            return f"{what}: block scales are fp32 or ue8m0 in vLLM checkpoints; got {a.scale.dtype}/{w.scale.dtype}"
+        if a.scale.dtype not in ("fp32", "ue8m0"):
+            return (f"{what}: 1x128 activation scales are computed by vLLM at run time in fp32 (power-of-two "
+                    f"with DeepGEMM E8M0); a {a.scale.dtype} activation scale is not one of its options")
+        if w.scale.dtype not in ("fp32", "ue8m0", "bf16"):
+            return (f"{what}: 128x128 weight scales load into vLLM's fp32 `weight_scale_inv` from fp32, bf16 "
+                    f"or ue8m0 checkpoint tensors; got {w.scale.dtype}")
         return "fp8_block"
     if a.scale.dtype != "fp32" or w.scale.dtype != "fp32":
         return f"{what}: per-tensor/per-channel fp8 scales are fp32 in vLLM; got {a.scale.dtype}/{w.scale.dtype}"
@@ -209,6 +219,14 @@ def _plan(scheme: Scheme, op: Literal["gemm", "moe"]) -> Plan:
                 "(TritonOrCutlassExperts → CutlassExpertsFp8 on sm90)")
 
 
+def _with_scale_dtype(plan: Plan, w: Operand) -> Plan:
+    if plan.scheme == "fp8_block" and w.scale is not None and w.scale.dtype == "bf16":
+        return replace(plan, weight_scale_dtype="bf16",
+                       notes=plan.notes + ("block weight scales stored in bf16 (as the checkpoint has them); vLLM's "
+                                           "loader copies them into its fp32 weight_scale_inv",))
+    return plan
+
+
 def gemm_plan(args: GemmArgs) -> Union[Plan, str]:
     if args.out != "bf16":
         return f"out={args.out}: vLLM's linear layers return the model dtype (bf16 here)"
@@ -219,35 +237,162 @@ def gemm_plan(args: GemmArgs) -> Union[Plan, str]:
         return scheme
     if args.bias and scheme != "bf16" and args.bias not in (True, "bf16"):
         return f"bias dtype {args.bias}: vLLM's linear bias is in the model dtype (bf16)"
-    return _plan(scheme, "gemm")  # type: ignore[arg-type]
+    return _with_scale_dtype(_plan(scheme, "gemm"), args.b)  # type: ignore[arg-type]
+
+
+#: `torch.ops._C.swigluoai_and_mul(out, input, alpha=1.702, limit=7.0)` (beta 1 in the kernel):
+#: vLLM 0.26's `apply_moe_activation` calls it with no alpha/limit, so the interleaved
+#: swigluoai of FusedMoE always runs gpt-oss's constants.
+SWIGLUOAI_KERNEL_DEFAULTS = {"alpha": 1.702, "beta": 1.0, "limit": 7.0}
+
+#: vLLM 0.26 `MoEActivation` values (fused_moe/activation.py), for refusal texts.
+_VLLM_MOE_ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "relu2", "swigluoai", "swigluoai_uninterleave", "swiglustep",
+                         "*_no_mul")
+
+
+@dataclass(frozen=True)
+class MoeAct:
+    """What `FusedMoE(activation=, swiglu_limit=, swiglu_alpha=, swiglu_beta=)` gets for the case's
+    activation, and the shared MLP's act-and-mul module (vllm.model_executor.layers.activation)."""
+
+    vllm_name: str
+    limit: Optional[float] = None
+    alpha: Optional[float] = None
+    beta: Optional[float] = None
+    shared: str = "SiluAndMul"
+    """SiluAndMul | GeluAndMul | GeluAndMul(tanh) | SiluAndMulWithClamp | - (no shared MLP form)."""
+
+    def fused_moe_kwargs(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"activation": self.vllm_name}
+        if self.limit is not None:
+            out["swiglu_limit"] = self.limit
+        if self.alpha is not None:
+            out["swiglu_alpha"] = self.alpha
+        if self.beta is not None:
+            out["swiglu_beta"] = self.beta
+        return out
+
+
+def moe_activation(act: Activation) -> Union[MoeAct, str]:
+    """The case's expert activation as vLLM 0.26's FusedMoE computes it, or why it has no such form.
+
+    Read from fused_moe/activation.py (`MoEActivation`, `apply_moe_activation`) and
+    experts/triton_moe.py (`TritonExperts.activation`): a `swiglu_limit` on `silu` runs
+    `swiglu_limit_func` (gate clamped above, up clamped both ways: DeepSeek-V4); `swigluoai`
+    reads gate/up interleaved at the kernel's fixed constants; `swigluoai_uninterleave` reads
+    the halves and takes limit/alpha/beta (MiniMax-M3).
+    """
+    kind = act.kind
+    if kind == "situ":
+        return ("activation situ (Kimi-K3): docs/case-format.md does not define situ yet, and vLLM 0.26 has no "
+                f"MoEActivation of that kind (it has {', '.join(_VLLM_MOE_ACTIVATIONS)})")
+    if kind == "swiglustep":
+        return ("activation swiglustep: vLLM 0.26 has it (swiglustep_and_mul, a fixed clamp of 7), but "
+                "docs/case-format.md does not define it yet; not wired")
+    if not act.is_gated:
+        return (f"non-gated {kind} experts: vLLM 0.26 runs them as {kind}_no_mul (w13 holds I rows); this backend "
+                "builds gated w13 [E, 2I, H] only")
+    extra = {"limit": act.limit, "alpha": act.alpha, "beta": act.beta}
+    if kind == "swigluoai":
+        if act.interleaved:
+            given = {k: v for k, v in extra.items() if v is not None and v != SWIGLUOAI_KERNEL_DEFAULTS[k]}
+            if given:
+                return (f"swigluoai (interleaved) with {given}: vLLM 0.26's interleaved kernel "
+                        "(_C.swigluoai_and_mul via apply_moe_activation) runs only alpha 1.702, limit 7, beta 1")
+            return MoeAct("swigluoai", shared="-")
+        vals = {k: (v if v is not None else SWIGLUOAI_KERNEL_DEFAULTS[k]) for k, v in extra.items()}
+        return MoeAct("swigluoai_uninterleave", vals["limit"], vals["alpha"], vals["beta"], "SiluAndMulWithClamp")
+    if act.interleaved:
+        return (f"{kind} with interleaved gate/up rows: vLLM 0.26's FusedMoE reads interleaved rows only for "
+                "swigluoai")
+    if act.alpha is not None or act.beta is not None:
+        return f"{kind} with alpha/beta: only swigluoai takes them (the case format and vLLM agree)"
+    if act.limit is not None:
+        if kind != "silu":
+            return (f"{kind} with limit {act.limit}: vLLM 0.26 clamps only SiLU (swiglu_limit → "
+                    "silu_and_mul_with_clamp / swiglu_limit_func)")
+        return MoeAct("silu", limit=float(act.limit), shared="SiluAndMulWithClamp")
+    shared = {"silu": "SiluAndMul", "gelu": "GeluAndMul", "gelu_tanh": "GeluAndMul(tanh)"}[kind]
+    return MoeAct(kind, shared=shared)
+
+
+@dataclass(frozen=True)
+class GateWiring:
+    """Which vLLM 0.26 model block the router gate mirrors (model_executor/models/*.py)."""
+
+    style: Literal["deepseek_v2", "qwen2_moe", "glm4_moe", "minimax_m2"]
+    gate_cls: str
+    params_fp32: bool
+    logits_fp32: bool
+    routed_scale_on_output: bool
+    """FusedMoE(apply_routed_scale_to_output=True): the runner scales the routed output, the
+    router's top-k weights stay unscaled (Glm4MoE on CUDA)."""
+    external: bool
+    """The block calls the gate and hands the logits to FusedMoE (GLM, MiniMax); otherwise the
+    runner holds the gate (`FusedMoE(gate=...)`, DeepSeek/Qwen)."""
+
+
+def gate_wiring(args: MoeArgs) -> Union[GateWiring, str]:
+    r = args.router
+    g = r.gate
+    logits = g.logits or g.dtype
+    if g.dtype == "fp32":
+        if logits != "fp32":
+            return ("an fp32 router gate with bf16 logits: vLLM's fp32 gates (Glm4MoE nn.Linear, MiniMaxM2 GateLinear) "
+                    "return fp32 logits")
+        if isinstance(r.select, GroupedTopK):
+            # Glm4MoE: nn.Linear(dtype=fp32) called on hidden_states.to(fp32); FusedMoE(use_grouped_topk=True,
+            # router_logits_dtype=fp32, apply_routed_scale_to_output=True on CUDA)
+            return GateWiring("glm4_moe", "torch.nn.Linear", True, True, True, True)
+        # MiniMaxM2MoE: GateLinear(params_dtype=fp32, out_dtype=fp32) on the bf16 hidden states
+        return GateWiring("minimax_m2", "GateLinear", True, True, False, True)
+    if r.scoring == "sigmoid":
+        return GateWiring("deepseek_v2", "GateLinear", False, logits == "fp32", False, False)
+    return GateWiring("qwen2_moe", "ReplicatedLinear", False, False, False, False)
 
 
 def _moe_refusal(args: MoeArgs) -> Optional[str]:
-    e, r, act = args.experts, args.router, args.activation
+    e, r = args.experts, args.router
     if args.out != "bf16":
         return f"out={args.out}: vLLM's FusedMoE returns the model dtype (bf16 here)"
-    if act.kind not in ("silu", "gelu") or not act.is_gated or act.interleaved or act.limit is not None:
-        return (f"activation {act.kind} (gated={act.is_gated}, interleaved={bool(act.interleaved)}, "
-                f"limit={act.limit}): wired here are gated silu/gelu with gate rows before up rows "
-                "(swigluoai / clamped SwiGLU run in vLLM with MXFP4 or DeepSeek-V4 checkpoints, not wired)")
-    if e.latent or e.zero or e.bias or r.weight_on_input:
-        return "latent projections, zero experts, expert biases and router-weight-on-input are not wired here"
+    act = moe_activation(args.activation)
+    if isinstance(act, str):
+        return act
+    if e.latent:
+        return ("latent experts: vLLM 0.26 has FusedMoE(routed_input_transform=, routed_output_transform=) "
+                "(NemotronH's fc1/fc2 latent projections); this backend does not build the projections yet")
+    if e.zero:
+        return ("zero (identity) experts: vLLM 0.26 has FusedMoE(zero_expert_type=) → ZeroExpertRouter (LongCat); "
+                "not wired in this backend")
+    if e.bias:
+        return ("expert biases: vLLM 0.26 has FusedMoE(has_bias=True) (w13_bias/w2_bias, gpt-oss); this backend "
+                "does not load them yet")
+    if r.weight_on_input:
+        return ("router weight on the input: vLLM 0.26 has FusedMoE(apply_router_weight_on_input=True) (Llama-4, "
+                "top_k 1 only); not wired in this backend")
     if not isinstance(r.select, (TopK, GroupedTopK)):
-        return f"router selection {r.select.kind!r} (hash routing) is not wired here"
-    if r.scoring not in ("softmax", "sigmoid"):
-        return f"scoring {r.scoring!r}: wired here are softmax and sigmoid routers"
-    if r.gate.dtype != "bf16":
-        return "an fp32 router gate is not wired here (vLLM's DeepSeek/Qwen gates are bf16)"
-    if args.shared is not None and args.shared.count != 1 and args.shared.gate is not None:
-        return "several gated shared experts are not one vLLM shared-expert MLP"
+        return ("hash routing: vLLM 0.26 has it (FusedMoE(hash_indices_table=) → FusedTopKBiasRouter, "
+                "DeepseekV4MoE), but it routes by the token ids passed to forward(input_ids=); this backend "
+                "has no token-id input or hash table yet")
+    if r.scoring == "sqrtsoftplus":
+        return ("sqrtsoftplus scoring: vLLM 0.26 has it (FusedTopKBiasRouter, DeepseekV4MoE); this backend's router "
+                "weight reference knows softmax and sigmoid only, not wired yet")
+    gw = gate_wiring(args)
+    if isinstance(gw, str):
+        return gw
+    if args.shared is not None:
+        s = args.shared
+        if s.count != 1 and s.gate is not None:
+            return "several gated shared experts are not one vLLM shared-expert MLP"
+        if act.shared == "-":
+            return ("a shared expert with interleaved swigluoai: vLLM's shared MLPs (MergedColumnParallelLinear) "
+                    "hold gate then up rows; no vLLM model has an interleaved shared expert")
     return None
 
 
 def moe_plan(args: MoeArgs) -> Union[Plan, str]:
-    why = _moe_refusal(args)
-    if why:
-        return why
     e = args.experts
+    # the scheme first: where vLLM has no sm90 kernel for it, that is the reason, whatever else the layer has
     scheme = pair_scheme(e.a1, e.w1, "experts")
     if scheme not in ("bf16", "fp8_tensor_static", "fp8_token_tensor", "fp8_token_channel", "fp8_block"):
         return scheme
@@ -266,4 +411,17 @@ def moe_plan(args: MoeArgs) -> Union[Plan, str]:
         if shared != scheme or s.w2.model_dump() != s.w1.model_dump():
             return (f"shared experts ({s.w1.scheme_name()}) and routed experts ({e.w1.scheme_name()}) differ: a "
                     "vLLM model block quantizes both with the checkpoint's one config")
-    return _plan(scheme, "moe")  # type: ignore[arg-type]
+        if s.w1.scale is not None and e.w1.scale is not None and s.w1.scale.dtype != e.w1.scale.dtype:
+            return (f"shared experts' scales ({s.w1.scale.dtype}) and routed experts' ({e.w1.scale.dtype}) differ: "
+                    "one checkpoint stores them alike")
+    why = _moe_refusal(args)
+    if why:
+        return why
+    plan = _with_scale_dtype(_plan(scheme, "moe"), e.w1)  # type: ignore[arg-type]
+    act = moe_activation(args.activation)
+    assert isinstance(act, MoeAct)
+    if scheme == "fp8_block" and act.vllm_name == "silu" and act.limit is not None:
+        plan = replace(plan, notes=plan.notes + (
+            "clamped SiLU with fp8 block: vLLM 0.26's TritonExperts fuses SiLU-and-mul with the 1x128 quant "
+            "(silu_and_mul_per_block_quant, no clamp) when DeepGEMM E8M0 is off; the build refuses that case",))
+    return plan

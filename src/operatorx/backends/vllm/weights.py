@@ -1,8 +1,9 @@
 """Synthetic weights in the checkpoint's on-disk format, and loading them into vLLM parameters.
 
 One matrix [N, K] is quantized as the scheme's checkpoint stores it (the names are vLLM 0.26's):
-- fp8_block: e4m3 `weight` + fp32 `weight_scale_inv` [ceil(N/128), ceil(K/128)], the scales
-  powers of two so vLLM's UE8M0 requantization for DeepGEMM (the sm90 default) loses nothing;
+- fp8_block: e4m3 `weight` + fp32 (or bf16, as Qwen3.5/Qwen3-Next FP8 store them)
+  `weight_scale_inv` [ceil(N/128), ceil(K/128)], the scales powers of two so vLLM's UE8M0
+  requantization for DeepGEMM (the sm90 default) loses nothing and bf16 holds them exactly;
 - fp8_tensor_static / fp8_token_tensor: e4m3 `weight` + fp32 `weight_scale`, one per shard
   (a merged gate/up projection carries two), plus `input_scale` [1] when static;
 - fp8_token_channel: e4m3 `weight` + fp32 `weight_scale` [N] (one per output row).
@@ -50,7 +51,7 @@ class QuantMatrix:
             q = self.q if rows is None else self.q[rows]
             return q.float()
         if self.scheme == "fp8_block":
-            full = dequantize(self.q, self.scale, (128, 128))
+            full = dequantize(self.q, self.scale.float(), (128, 128))
             return full if rows is None else full[rows]
         if self.scheme == "fp8_token_channel":
             out = self.q.float() * self.scale[:, None]
@@ -60,8 +61,10 @@ class QuantMatrix:
         return out if rows is None else out[rows]
 
 
-def quantize_matrix(w: torch.Tensor, scheme: str, shards: Optional[tuple[int, ...]] = None) -> QuantMatrix:
-    """`w` [N, K] bf16/fp32 → the checkpoint's stored form under `scheme`."""
+def quantize_matrix(w: torch.Tensor, scheme: str, shards: Optional[tuple[int, ...]] = None,
+                    scale_dtype: str = "fp32") -> QuantMatrix:
+    """`w` [N, K] bf16/fp32 → the checkpoint's stored form under `scheme` (`scale_dtype`: the dtype
+    the checkpoint stores block scales in, fp32 or bf16)."""
     n = w.shape[0]
     shards = shards or (n,)
     assert sum(shards) == n, (shards, n)
@@ -69,6 +72,13 @@ def quantize_matrix(w: torch.Tensor, scheme: str, shards: Optional[tuple[int, ..
         return QuantMatrix(w.to(torch.bfloat16), None, scheme, shards)
     if scheme == "fp8_block":
         q, s = quantize(w, "e4m3", _BLOCK, weight=True)
+        if scale_dtype == "bf16":
+            s16 = s.to(torch.bfloat16)
+            if not torch.equal(s16.float(), s.float()):   # powers of two in bf16's range are exact
+                raise ValueError("a block scale is not exact in bf16")
+            s = s16
+        elif scale_dtype != "fp32":
+            raise ValueError(f"block scales are stored in fp32 or bf16 here, not {scale_dtype!r}")
         return QuantMatrix(q, s.contiguous(), scheme, shards)
     if scheme == "fp8_token_channel":
         q, s = quantize(w, "e4m3", _CHANNEL, weight=True)
