@@ -8,9 +8,10 @@ it changes is how the Store's engine connects (web: read-only, see `open_store`)
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from sqlalchemy import event
@@ -84,13 +85,23 @@ class RunPage:
     missing: list[RowView]
 
 
+def _number(value: Any) -> Optional[float]:
+    """A positive finite number from a stored document, else None (a peak of 0 draws no ceiling)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0:
+        return float(value)
+    return None
+
+
 @dataclass(frozen=True)
 class RooflinePage:
     run: RunSummary
     points: list[RowView]
-    compute_tflops: dict[str, float]     # by compute class
+    compute_tflops: dict[str, float]     # by compute class: measured where the rows have it, else datasheet
     memory_gbps: Optional[float]
     peak_source: Optional[str]
+    datasheet_tflops: dict[str, float] = field(default_factory=dict)
+    """The datasheet ceilings, only where measured ones differ from them (drawn dotted beside)."""
+    datasheet_memory_gbps: Optional[float] = None
 
 
 @dataclass(frozen=True)
@@ -190,27 +201,42 @@ class Queries:
         return same[:limit]
 
     def roofline(self, run: str) -> RooflinePage:
+        """The run's ok points and its ceilings: the GPU's measured peaks where its rows carry them
+        (`pct_peak` is taken against those), else the datasheet's; the datasheet's are kept beside
+        measured ones so the page can draw both."""
         summary = self.resolve(run)
         doc = self.document(summary)
         points = [r for r in self.rows(summary) if r.status == "ok" and r.tflops and r.intensity]
         compute: dict[str, float] = {}
+        datasheet: dict[str, float] = {}
         memory: Optional[float] = None
+        datasheet_memory: Optional[float] = None
         source: Optional[str] = None
         for r in doc["rows"]:
             peak = (r.get("metrics") or {}).get("peak")
-            if isinstance(peak, dict):
-                if isinstance(peak.get("tflops"), (int, float)):
-                    compute[str(peak.get("compute_class") or "peak")] = float(peak["tflops"])
-                if isinstance(peak.get("memory_gbps"), (int, float)):
-                    memory = float(peak["memory_gbps"])
-                source = str(peak.get("source") or "") or source
+            if not isinstance(peak, dict):
+                continue
+            cls = str(peak.get("compute_class") or "peak")
+            sheet_tf, sheet_bw = _number(peak.get("tflops")), _number(peak.get("memory_gbps"))
+            tf = _number(peak.get("measured_tflops")) or sheet_tf
+            bw = _number(peak.get("measured_memory_gbps")) or sheet_bw
+            if tf is not None:
+                compute[cls] = tf
+            if sheet_tf is not None:
+                datasheet[cls] = sheet_tf
+            memory = bw if bw is not None else memory
+            datasheet_memory = sheet_bw if sheet_bw is not None else datasheet_memory
+            source = str(peak.get("source") or "") or source
         device = doc.get("run", {}).get("device") or {}
         if memory is None and isinstance(device, dict) and device.get("kind") not in (None, "cpu"):
             peaks = peaks_for(str(device.get("name") or ""))
             if peaks is not None:
                 compute, memory, source = dict(peaks.tflops), peaks.memory_gbps, peaks.source
+                datasheet, datasheet_memory = dict(compute), memory
+        measured = compute != datasheet or memory != datasheet_memory
         return RooflinePage(run=summary, points=points, compute_tflops=clean(compute), memory_gbps=memory,
-                            peak_source=clean(source))
+                            peak_source=clean(source), datasheet_tflops=clean(datasheet) if measured else {},
+                            datasheet_memory_gbps=datasheet_memory if measured else None)
 
     def case(self, run: str, index: int) -> tuple[RunSummary, dict[str, Any]]:
         summary = self.resolve(run)

@@ -33,7 +33,9 @@
       kv([["backend", (c.op || {}).backend], ["side", c.side], ["sources", ((c.op || {}).sources || []).join(", ")],
           ["scheme", m.scheme], ["latency µs", m.latency_us], ["method", m.method], ["clock", m.clock],
           ["L2 state", m.l2_state], ["L2 verified", m.l2_verified], ["median noise", m.noise],
-          ["TFLOP/s", m.tflops], ["GB/s", m.gbps], ["% of peak", m.pct_peak],
+          ["TFLOP/s", m.tflops], ["GB/s", m.gbps], ["% of peak", m.pct_peak], ["% of datasheet", m.pct_datasheet],
+          ["measured peak", m.peak && (m.peak.measured_tflops || m.peak.measured_memory_gbps) ?
+            `${m.peak.compute_class}: ${m.peak.measured_tflops ?? "-"} TFLOP/s, ${m.peak.measured_memory_gbps ?? "-"} GB/s` : null],
           ["peak", m.peak ? `${m.peak.compute_class}: ${m.peak.tflops} TFLOP/s, ${m.peak.memory_gbps} GB/s (${m.peak.source})` : null],
           ["FLOP", m.flops], ["min bytes", m.min_bytes]]),
       el("details", {}, el("summary", {}, "args"), pre((c.op || {}).args)));

@@ -21,11 +21,18 @@
     const knees = Object.values(data.compute_tflops || {}).filter(tf => bw && tf).map(tf => tf * 1000 / bw);
     const xs = shown.map(p => p.intensity);
     const lo = Math.min(...xs, ...knees, 1) / 2, hi = Math.max(...xs, ...knees, 1000) * 2;
+    const measured = (data.source || "").includes("measured");
+    const ceiling = (cls, tf, gbps, what, dash) => {
+      const knee = tf * 1000 / gbps;                       // FLOP/B where bandwidth meets compute
+      traces.push({ type: "scatter", mode: "lines", name: ptext(`${cls} ${what} ${tf.toFixed(0)} TFLOP/s, ${gbps.toFixed(0)} GB/s`),
+        x: [lo, knee, hi], y: [lo * gbps / 1000, tf, tf], line: { dash }, hoverinfo: "name" });
+    };
     for (const [cls, tf] of Object.entries(data.compute_tflops || {})) {
-      if (!bw || !tf) continue;
-      const knee = tf * 1000 / bw;                         // FLOP/B where bandwidth meets compute
-      traces.push({ type: "scatter", mode: "lines", name: ptext(`${cls} ceiling ${tf} TFLOP/s, ${bw} GB/s`),
-        x: [lo, knee, hi], y: [lo * bw / 1000, tf, tf], line: { dash: "dash" }, hoverinfo: "name" });
+      if (bw && tf) ceiling(cls, tf, bw, measured ? "ceiling (measured)" : "ceiling", "dash");
+    }
+    const dbw = data.datasheet_memory_gbps || bw;          // measured ceilings: the datasheet's beside, dotted
+    for (const [cls, tf] of Object.entries(data.datasheet_tflops || {})) {
+      if (dbw && tf) ceiling(cls, tf, dbw, "datasheet", "dot");
     }
     document.getElementById("count").textContent = `${shown.length} points`;
     plot("plot-roofline", traces, { xaxis: { title: { text: "arithmetic intensity (FLOP / byte)" }, type: "log" },

@@ -1,0 +1,95 @@
+"""The Roofline page draws the GPU's measured ceilings where the rows carry them, the datasheet's
+dotted beside; rows with datasheet peaks alone draw as before."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+
+from operatorx.store import Store
+from operatorx.web import Queries
+from operatorx.web.app import create_app
+from tests.web.conftest import WebDb, _store_copy, chromium_path, page_data
+
+SOURCE = "measured 2026-11-30 on this GPU (operatorx calibrate v1); datasheet beside: vendor datasheet, dense"
+
+
+def _measured(row: dict[str, Any]) -> dict[str, Any]:
+    row = json.loads(json.dumps(row))
+    m = row.get("metrics") or {}
+    if isinstance(m.get("tflops"), (int, float)):
+        m["peak"] = {"compute_class": "bf16", "tflops": 1.0, "memory_gbps": 50.0, "measured_tflops": 0.8,
+                     "measured_memory_gbps": 40.0, "source": SOURCE}
+        m["pct_peak"] = 100 * max(m["tflops"] / 0.8, m["gbps"] / 40.0)
+        m["pct_datasheet"] = 100 * max(m["tflops"] / 1.0, m["gbps"] / 50.0)
+    return row
+
+
+@pytest.fixture(scope="module")
+def measured_db(web_db: WebDb, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A copy of the web database with one more run whose rows carry measured peaks."""
+    path = tmp_path_factory.mktemp("measured") / "results.db"
+    shutil.copy(web_db.path, path)
+    store = Store(str(path))
+    run = web_db.run_a + "-measured"
+    _store_copy(store, web_db.doc_a, run, "2030-01-01T00:00:00+00:00", web_db.doc_a["run"]["testlist"],
+                [_measured(r) for r in web_db.doc_a["rows"]])
+    store.close()
+    return path, run
+
+
+def test_roofline_uses_measured_ceilings_with_the_datasheet_beside(measured_db):
+    path, run = measured_db
+    page = Queries.open(str(path)).roofline(run)
+    assert page.compute_tflops == {"bf16": 0.8} and page.memory_gbps == 40.0 and page.peak_source == SOURCE
+    assert page.datasheet_tflops == {"bf16": 1.0} and page.datasheet_memory_gbps == 50.0
+    html = TestClient(create_app(Queries.open(str(path)))).get(f"/roofline/{run}").text
+    data = page_data(html)
+    assert data["compute_tflops"] == {"bf16": 0.8} and data["datasheet_tflops"] == {"bf16": 1.0}
+    assert data["memory_gbps"] == 40.0 and data["datasheet_memory_gbps"] == 50.0
+    assert "(dashed; the datasheet's dotted)" in html
+
+
+def test_datasheet_only_rows_draw_one_ceiling(web_db):
+    page = Queries.open(str(web_db.path)).roofline(web_db.run_b)
+    assert page.compute_tflops == {"bf16": 1.0} and page.memory_gbps == 50.0
+    assert page.datasheet_tflops == {} and page.datasheet_memory_gbps is None
+
+
+CHROMIUM = chromium_path()
+
+
+@pytest.fixture
+def browser_page() -> Iterator[Any]:
+    sync_api = pytest.importorskip("playwright.sync_api")
+    if CHROMIUM is None:
+        pytest.skip("no Chromium")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
+        pg = b.new_page()
+        problems: list[str] = []
+        pg.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+        pg.on("console", lambda m: problems.append(f"console: {m.text}") if m.type == "error" else None)
+        yield pg
+        b.close()
+        assert not problems, problems
+
+
+def test_roofline_page_draws_measured_and_datasheet_ceilings(measured_db, browser_page, tmp_path):
+    from operatorx.web.site import build_site
+
+    path, run = measured_db
+    build_site(Queries.open(str(path)), tmp_path / "site")
+    page = next(p for p in (tmp_path / "site").glob("roofline-*.html") if "measured" in p.name)
+    browser_page.goto(page.as_uri())
+    browser_page.wait_for_selector("#plot-roofline[data-drawn='1']", timeout=15000)
+    names = browser_page.evaluate("document.getElementById('plot-roofline').data.map(t => t.name)")
+    assert "bf16 ceiling (measured) 1 TFLOP/s, 40 GB/s" in names, names
+    assert "bf16 datasheet 1 TFLOP/s, 50 GB/s" in names, names
+    assert browser_page.locator("#plot-roofline .scatterlayer .trace").count() == 3   # points, measured, datasheet
