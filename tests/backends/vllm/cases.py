@@ -21,6 +21,8 @@ SCHEMES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "bf16": (BF16, BF16),
     "fp8_block": (fp8("fp32", False, [1, 128]), fp8("fp32", True, [128, 128])),
     "fp8_block_ue8m0": (fp8("ue8m0", False, [1, 128]), fp8("ue8m0", True, [128, 128])),
+    # Qwen3.5 / Qwen3-Next FP8: weight_scale_inv stored in bf16
+    "fp8_block_bf16scale": (fp8("fp32", False, [1, 128]), fp8("bf16", True, [128, 128])),
     "fp8_tensor_static": (fp8("fp32", True, [-1, -1]), fp8("fp32", True, [-1, -1])),
     "fp8_tensor_dynamic": (fp8("fp32", False, [-1, -1]), fp8("fp32", True, [-1, -1])),
     "fp8_token_channel": (fp8("fp32", False, [1, -1]), fp8("fp32", True, [-1, 1])),
@@ -38,18 +40,32 @@ def gemm_case(scheme: str, m: int = 16, n: int = 512, k: int = 512, **extra: Any
 
 
 def moe_case(scheme: str, style: str = "deepseek", tokens: int = 8, routing: Optional[dict[str, Any]] = None,
-             num: int = 16, top_k: int = 4, hidden: int = 512, inter: int = 256) -> Case:
+             num: int = 16, top_k: int = 4, hidden: int = 512, inter: int = 256,
+             activation: Optional[dict[str, Any]] = None, shared: bool = True) -> Case:
+    """style: deepseek (bf16 GateLinear, sigmoid grouped), qwen (softmax, gated shared expert),
+    glm (fp32 gate, sigmoid grouped_topk 1/1 as GLM-4.5), minimax (fp32 gate, sigmoid top-k, no shared)."""
     a, w = SCHEMES[scheme]
     experts = {"num": num, "top_k": top_k, "inter": inter, "a1": a, "w1": w, "w2": w, "a2": a}
     args: dict[str, Any] = {"tokens": tokens, "hidden": hidden, "experts": experts,
-                            "activation": {"kind": "silu", "gated": True},
+                            "activation": activation or {"kind": "silu", "gated": True},
                             "routing": routing or {"distribution": "natural", "seed": 0}}
+    plain_shared = {"count": 1, "inter": inter, "a1": a, "w1": w, "w2": w}
     if style == "deepseek":
         args["router"] = {"gate": {"dtype": "bf16"}, "scoring": "sigmoid", "bias": True, "renormalize": True,
                           "scale": 2.5, "select": {"kind": "grouped_topk", "groups": 4, "topk_groups": 2}}
-        args["shared"] = {"count": 1, "inter": inter, "a1": a, "w1": w, "w2": w}
+        args["shared"] = plain_shared
+    elif style == "glm":
+        args["router"] = {"gate": {"dtype": "fp32", "logits": "fp32"}, "scoring": "sigmoid", "bias": True,
+                          "renormalize": True, "scale": 2.5, "select": {"kind": "grouped_topk", "groups": 1,
+                                                                       "topk_groups": 1}}
+        args["shared"] = plain_shared
+    elif style == "minimax":
+        args["router"] = {"gate": {"dtype": "fp32", "logits": "fp32"}, "scoring": "sigmoid", "bias": True,
+                          "renormalize": True, "scale": 1.0, "select": {"kind": "topk"}}
     else:
         args["router"] = {"gate": {"dtype": "bf16"}, "scoring": "softmax", "select": {"kind": "topk"},
                           "renormalize": False}
-        args["shared"] = {"count": 1, "inter": inter, "a1": a, "w1": w, "w2": w, "gate": "sigmoid"}
+        args["shared"] = {**plain_shared, "gate": "sigmoid"}
+    if not shared:
+        args.pop("shared", None)
     return Case.model_validate({"type": "moe", "args": args})

@@ -37,6 +37,14 @@ def test_block_fp8_is_fp8config_with_blocks(scheme: str) -> None:
     assert "DeepGemm" in plan.expected_sm90
 
 
+def test_block_fp8_with_bf16_weight_scales_plans_fp32_params_from_bf16() -> None:
+    plan = _gemm("fp8_block_bf16scale")
+    assert isinstance(plan, qm.Plan) and plan.scheme == "fp8_block" and plan.weight_scale_dtype == "bf16"
+    assert plan.quant is not None and plan.quant.config["weight_block_size"] == [128, 128]
+    plain = _gemm("fp8_block")
+    assert isinstance(plain, qm.Plan) and plain.weight_scale_dtype == "fp32"
+
+
 def test_static_per_tensor() -> None:
     plan = _gemm("fp8_tensor_static")
     assert isinstance(plan, qm.Plan) and plan.quant is not None

@@ -1,0 +1,253 @@
+"""vLLM MoE coverage on CPU without vLLM: plans and refusals for each case kind (fp32 gates, bf16
+block scales, swigluoai / clamped SiLU, hash / sqrtsoftplus / latent / situ), and the fp32
+reference's activations and routed scale against hand-derived values."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+import torch
+
+from operatorx.backends.vllm import quant_map as qm
+from operatorx.backends.vllm.moe_reference import gated_activation, moe_reference
+from operatorx.backends.vllm.weights import quantize_matrix
+from operatorx.spec import Case, load_testlist, resolve_testlist
+from operatorx.spec.moe import Activation, MoeArgs
+from tests.backends.vllm.cases import moe_case
+
+
+def _args(case: Case) -> MoeArgs:
+    assert isinstance(case.args, MoeArgs)
+    return case.args
+
+
+def _plan(scheme: str, **kw: Any) -> Any:
+    return qm.moe_plan(_args(moe_case(scheme, **kw)))
+
+
+def _with(case: Case, **router_or_experts: Any) -> MoeArgs:
+    """The case's args with router / experts fields replaced (validated again)."""
+    d = case.model_dump(exclude_none=True)
+    for key, value in router_or_experts.items():
+        where, field = key.split("__")
+        d["args"][where][field] = value
+    return _args(Case.model_validate(d))
+
+
+# --- 1. fp32 router gate -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("scheme", ["bf16", "fp8_block"])
+def test_fp32_grouped_gate_is_glm4_moe_wiring(scheme: str) -> None:
+    args = _args(moe_case(scheme, style="glm"))
+    plan = qm.moe_plan(args)
+    assert isinstance(plan, qm.Plan) and plan.scheme == scheme
+    gw = qm.gate_wiring(args)
+    assert isinstance(gw, qm.GateWiring)
+    assert (gw.style, gw.gate_cls, gw.params_fp32, gw.logits_fp32) == ("glm4_moe", "torch.nn.Linear", True, True)
+    assert gw.external and gw.routed_scale_on_output
+
+
+def test_fp32_topk_gate_is_minimax_m2_wiring() -> None:
+    args = _args(moe_case("fp8_block", style="minimax"))
+    plan = qm.moe_plan(args)
+    assert isinstance(plan, qm.Plan) and plan.scheme == "fp8_block"
+    gw = qm.gate_wiring(args)
+    assert isinstance(gw, qm.GateWiring)
+    assert (gw.style, gw.gate_cls, gw.params_fp32, gw.external, gw.routed_scale_on_output) == \
+        ("minimax_m2", "GateLinear", True, True, False)
+
+
+def test_bf16_gates_keep_their_runner_held_wiring() -> None:
+    deepseek = qm.gate_wiring(_args(moe_case("bf16", style="deepseek")))
+    qwen = qm.gate_wiring(_args(moe_case("bf16", style="qwen")))
+    assert isinstance(deepseek, qm.GateWiring) and isinstance(qwen, qm.GateWiring)
+    assert (deepseek.style, deepseek.external) == ("deepseek_v2", False)
+    assert (qwen.style, qwen.gate_cls, qwen.external) == ("qwen2_moe", "ReplicatedLinear", False)
+
+
+def test_fp32_gate_with_bf16_logits_is_refused_by_name() -> None:
+    args = _with(moe_case("bf16", style="glm"), router__gate={"dtype": "fp32", "logits": "bf16"})
+    why = qm.moe_plan(args)
+    assert isinstance(why, str) and "fp32 router gate with bf16 logits" in why
+
+
+def test_shipped_fp32_gate_checkpoints_now_plan_and_v4_names_its_scheme() -> None:
+    by_source: dict[str, Any] = {}
+    for case in load_testlist(resolve_testlist("moe_small")):
+        for src in case.sources or []:
+            by_source.setdefault(src, qm.moe_plan(_args(case)))
+    fp32_gate = [s for s in by_source if s.startswith(("zai-org/GLM-4.", "MiniMaxAI/MiniMax-M2"))]
+    assert fp32_gate, "the shipped moe_small has GLM-4.5/MiniMax-M2 cases"
+    for src in fp32_gate:
+        assert isinstance(by_source[src], qm.Plan), (src, by_source[src])
+    minimax = by_source["MiniMaxAI/MiniMax-M2.5/mlp.experts"]
+    assert isinstance(minimax, qm.Plan) and minimax.scheme == "fp8_block"
+    v4 = [v for s, v in by_source.items() if s.startswith("deepseek-ai/DeepSeek-V4")]
+    assert v4 and all(isinstance(v, str) and "MXFP4 W4A16" in v and "activation" not in v for v in v4), v4
+
+
+# --- 2. bf16 block weight scales ------------------------------------------------------------------------
+
+def test_bf16_block_weight_scales_plan_with_bf16_checkpoint_scales() -> None:
+    for style in ("deepseek", "qwen"):
+        plan = _plan("fp8_block_bf16scale", style=style)
+        assert isinstance(plan, qm.Plan) and plan.scheme == "fp8_block" and plan.weight_scale_dtype == "bf16"
+        assert any("bf16" in n for n in plan.notes)
+    assert isinstance(plan, qm.Plan) and plan.quant is not None and plan.quant.cls == "Fp8Config"
+    fp32 = _plan("fp8_block")
+    assert isinstance(fp32, qm.Plan) and fp32.weight_scale_dtype == "fp32"
+
+
+def test_bf16_activation_scales_are_refused_naming_the_activation_scales() -> None:
+    case = moe_case("fp8_block")
+    d = case.model_dump(exclude_none=True)
+    for k in ("a1", "a2"):
+        d["args"]["experts"][k]["scale"]["dtype"] = "bf16"
+    d["args"]["shared"]["a1"]["scale"]["dtype"] = "bf16"
+    why = qm.moe_plan(_args(Case.model_validate(d)))
+    assert isinstance(why, str) and "1x128 activation scales" in why and "bf16" in why
+
+
+def test_bf16_block_scales_are_exact_and_dequantize_like_fp32() -> None:
+    gen = torch.Generator().manual_seed(3)
+    w = torch.randn(256, 384, generator=gen) / 20
+    a, b = quantize_matrix(w, "fp8_block", scale_dtype="fp32"), quantize_matrix(w, "fp8_block", scale_dtype="bf16")
+    assert a.scale is not None and b.scale is not None
+    assert b.scale.dtype == torch.bfloat16 and tuple(b.scale.shape) == (2, 3)
+    assert torch.equal(b.scale.float(), a.scale.float()) and torch.equal(a.dequant(), b.dequant())
+    assert float((b.dequant() - w).norm() / w.norm()) < 0.05
+    with pytest.raises(ValueError, match="fp32 or bf16"):
+        quantize_matrix(w, "fp8_block", scale_dtype="fp16")
+
+
+# --- 3. activations -------------------------------------------------------------------------------------
+
+OAI = {"kind": "swigluoai", "gated": True, "interleaved": True, "limit": 7.0, "alpha": 1.702, "beta": 1.0}
+
+
+@pytest.mark.parametrize("scheme", ["bf16", "fp8_block"])
+def test_swigluoai_and_clamped_silu_plan_for_schemes_vllm_runs(scheme: str) -> None:
+    oai = _plan(scheme, style="qwen", shared=False, activation=OAI)
+    assert isinstance(oai, qm.Plan) and oai.scheme == scheme
+    uninter = _plan(scheme, style="qwen", activation={**OAI, "interleaved": False})
+    assert isinstance(uninter, qm.Plan)
+    clamped = _plan(scheme, style="deepseek", activation={"kind": "silu", "gated": True, "limit": 10.0})
+    assert isinstance(clamped, qm.Plan)
+    assert any("silu_and_mul_per_block_quant" in n for n in clamped.notes) is (scheme == "fp8_block")
+
+
+def test_moe_activation_maps_to_fused_moe_kwargs() -> None:
+    interleaved = qm.moe_activation(Activation.model_validate(OAI))
+    assert isinstance(interleaved, qm.MoeAct)
+    assert interleaved.fused_moe_kwargs() == {"activation": "swigluoai"}      # the kernel's own constants
+    halves = qm.moe_activation(Activation.model_validate({"kind": "swigluoai", "limit": 5.0}))
+    assert isinstance(halves, qm.MoeAct) and halves.shared == "SiluAndMulWithClamp"
+    assert halves.fused_moe_kwargs() == {"activation": "swigluoai_uninterleave", "swiglu_limit": 5.0,
+                                         "swiglu_alpha": 1.702, "swiglu_beta": 1.0}
+    clamped = qm.moe_activation(Activation.model_validate({"kind": "silu", "limit": 10.0}))
+    assert isinstance(clamped, qm.MoeAct)
+    assert clamped.fused_moe_kwargs() == {"activation": "silu", "swiglu_limit": 10.0}
+    gelu_tanh = qm.moe_activation(Activation.model_validate({"kind": "gelu_tanh"}))
+    assert isinstance(gelu_tanh, qm.MoeAct) and gelu_tanh.shared == "GeluAndMul(tanh)"
+
+
+@pytest.mark.parametrize("act,words", [
+    ({**OAI, "alpha": 1.5}, "runs only alpha 1.702"),
+    ({"kind": "gelu", "limit": 3.0}, "clamps only SiLU"),
+    ({"kind": "silu", "interleaved": True}, "interleaved rows only for swigluoai"),
+    ({"kind": "silu", "gated": False}, "silu_no_mul"),
+    ({"kind": "situ"}, "does not define situ"),
+    ({"kind": "swiglustep"}, "swiglustep_and_mul"),
+])
+def test_activation_refusals_name_the_missing_piece(act: dict[str, Any], words: str) -> None:
+    why = qm.moe_activation(Activation.model_validate(act))
+    assert isinstance(why, str) and words in why, why
+
+
+def test_interleaved_swigluoai_with_a_shared_expert_is_refused() -> None:
+    why = _plan("bf16", style="deepseek", activation=OAI)
+    assert isinstance(why, str) and "interleaved shared expert" in why
+
+
+@pytest.mark.parametrize("scheme,words", [("mxfp8", "MXFP8"), ("nvfp4", "NVFP4 with fp4 activations"),
+                                          ("mxfp4_w4a16", "MXFP4 W4A16")])
+def test_no_sm90_kernel_reason_names_the_scheme_not_the_activation(scheme: str, words: str) -> None:
+    for act in (OAI, {"kind": "silu", "gated": True, "limit": 10.0}):
+        why = _plan(scheme, style="qwen", shared=False, activation=act)
+        assert isinstance(why, str) and words in why and "swiglu" not in why and "limit" not in why, why
+
+
+# --- 4/5. shared gate, hash routing, sqrtsoftplus, latent / zero experts -------------------------------------
+
+def test_qwen_shared_expert_gate_plans() -> None:
+    args = _args(moe_case("fp8_block", style="qwen"))
+    assert args.shared is not None and args.shared.gate == "sigmoid"
+    assert isinstance(qm.moe_plan(args), qm.Plan)
+
+
+@pytest.mark.parametrize("change,words", [
+    ({"router__select": {"kind": "hash", "vocab": 1000}}, "hash_indices_table"),
+    ({"router__scoring": "sqrtsoftplus"}, "sqrtsoftplus"),
+    ({"experts__latent": 128}, "routed_input_transform"),
+    ({"experts__zero": 2}, "zero_expert_type"),
+    ({"experts__bias": True}, "has_bias"),
+])
+def test_layer_features_name_what_vllm_has_and_what_is_missing(change: dict[str, Any], words: str) -> None:
+    why = qm.moe_plan(_with(moe_case("bf16", style="qwen"), **change))
+    assert isinstance(why, str) and words in why, why
+
+
+# --- reference activations, by hand ---------------------------------------------------------------------
+
+def _silu(v: float) -> float:
+    return v / (1.0 + math.exp(-v))
+
+
+def test_clamped_silu_reference_by_hand() -> None:
+    # gate = [-1, 0, 2, 20], up = [3, -12, 0.5, 8]; limit 10: gate 20 → 10, up -12 → -10
+    h = torch.tensor([[-1.0, 0.0, 2.0, 20.0, 3.0, -12.0, 0.5, 8.0]])
+    out = gated_activation(h, Activation.model_validate({"kind": "silu", "limit": 10.0}))
+    # silu(-1)·3 = -0.80682, silu(0)·-10 = 0, silu(2)·0.5 = 0.88080, silu(10)·8 = 79.99637
+    want = [-0.8068243, 0.0, 0.8807971, 79.9963677]
+    assert out.shape == (1, 4)
+    assert torch.allclose(out[0], torch.tensor(want), rtol=1e-6, atol=1e-6), out
+    unclamped = gated_activation(h, Activation.model_validate({"kind": "silu"}))
+    assert math.isclose(float(unclamped[0, 3]), _silu(20.0) * 8, rel_tol=1e-6)      # 159.99999
+    assert math.isclose(float(unclamped[0, 1]), 0.0, abs_tol=1e-7)
+
+
+def test_swigluoai_interleaved_reference_by_hand() -> None:
+    # interleaved rows: (gate, up) = (1, 2), (9, -8), (-3, 0.5)
+    h = torch.tensor([[1.0, 2.0, 9.0, -8.0, -3.0, 0.5]])
+    out = gated_activation(h, Activation.model_validate(OAI))
+    sig = lambda v: 1.0 / (1.0 + math.exp(-v))  # noqa: E731
+    # g·σ(1.702 g)·(u + 1); gate 9 → 7, up -8 → -7
+    want = [1 * sig(1.702) * 3, 7 * sig(1.702 * 7) * (-6), -3 * sig(-1.702 * 3) * 1.5]
+    assert [round(v, 4) for v in want] == [2.5374, -41.9997, -0.0271]      # σ(1.702) = 0.84578
+    assert torch.allclose(out[0], torch.tensor(want), rtol=1e-5, atol=1e-6), out
+    # the same numbers in halves layout (swigluoai_uninterleave)
+    halves = torch.tensor([[1.0, 9.0, -3.0, 2.0, -8.0, 0.5]])
+    out2 = gated_activation(halves, Activation.model_validate({**OAI, "interleaved": False}))
+    assert torch.allclose(out2, out)
+
+
+def test_moe_reference_applies_routed_scale_to_routed_output_only() -> None:
+    """One token, one expert with weight 0.5, a shared expert: routed_scale scales the routed part."""
+    h, inter = 4, 2
+    eye = torch.zeros(2 * inter, h)
+    eye[0, 0] = eye[1, 1] = eye[2, 2] = eye[3, 3] = 1.0        # gate = x[0:2], up = x[2:4]
+    down = torch.zeros(h, inter)
+    down[0, 0] = down[1, 1] = 1.0
+    q1, q2 = quantize_matrix(eye, "bf16"), quantize_matrix(down, "bf16")
+    ref = {"experts": [(q1, q2)], "shared": (q1, q2, None)}
+    x = torch.tensor([[1.0, 2.0, 3.0, -1.0]])
+    ids, w = torch.tensor([[0]]), torch.tensor([[0.5]])
+    act = Activation.model_validate({"kind": "silu"})
+    y1 = moe_reference(x, ids, w, ref, "bf16", act)["none"]
+    y2 = moe_reference(x, ids, w, ref, "bf16", act, routed_scale=2.5)["none"]
+    mlp = torch.tensor([_silu(1.0) * 3, _silu(2.0) * -1, 0.0, 0.0])
+    mlp_bf16 = mlp.to(torch.bfloat16).float()
+    assert torch.allclose(y1[0], 0.5 * mlp_bf16 + mlp_bf16, atol=1e-6)
+    assert torch.allclose(y2[0], 2.5 * 0.5 * mlp_bf16 + mlp_bf16, atol=1e-6)
