@@ -223,3 +223,14 @@ def test_cache_file_is_readable_json(tmp_path):
     data = json.loads((tmp_path / KEY.file_name()).read_text())
     assert data["key"]["driver"] == "570.86.15" and data["peaks"]["tflops"]["bf16"] == 812.0
     assert [p.name for p in Path(tmp_path).iterdir()] == [KEY.file_name()]        # no temporary file left
+
+
+def test_importing_the_calibration_touches_no_torch():
+    """The sweep's parent imports run/job.py; it must never create a CUDA context (not even import torch)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, operatorx.platform.calibrate, operatorx.run.job, operatorx.cli.run; "
+            "print('torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "False", done.stderr[-2000:]
