@@ -6,16 +6,17 @@ datasheet then says as much about that gap as about the kernel in the row. So ea
 loads (or, the first time, measures) its GPU's peaks before its first case (run/job.py):
 
 - bf16: the best TFLOP/s of `torch.matmul` over a few large square and rectangular GEMMs;
-- fp8: the same with `torch._scaled_mm` (e4m3 operands, tensor-wise scales, bf16 out);
+- fp8: the same with `torch._scaled_mm` (e4m3 operands, tensor-wise scales, bf16 out), with and
+  without fast accumulation;
 - memory: a large device-to-device copy, bytes read + written / time.
 
 Each is timed with CUDA events around back-to-back calls after warmup: the kernels take
 milliseconds, so the events' microsecond resolution and launch gaps do not matter. All of it takes
-about a second. The cache is keyed by GPU name and UUID, driver, torch and CUDA (or HIP) version and
+one to two seconds. The cache is keyed by GPU name and UUID, driver, torch and CUDA (or HIP) version and
 the method's version: any of them changing measures again; `operatorx run --recalibrate` forces it.
 
-Nothing here imports torch or touches CUDA at import time, and only `measure_peaks` creates a
-CUDA context: the sweep's parent process must never have one (run/worker.py).
+Nothing here imports torch or touches CUDA at import time, and only `measure_peaks` uses CUDA: the
+sweep's parent process must never create a context (run/worker.py), so only workers call it.
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ class MeasuredPeaks(BaseModel):
     memory_gbps: Optional[float]
     """Device-to-device copy bandwidth, GB/s (bytes read + written / time)."""
     best_shapes: dict[str, str]
-    """`MxNxK` of the GEMM that gave each class's peak."""
+    """`MxNxK` of the GEMM that gave each class's peak (` fast_accum` where fp8's came with it)."""
     measured_at: str
     """ISO time (UTC) of the measurement."""
     seconds: float
@@ -253,10 +254,10 @@ def _best_ms(fn: Callable[[], Any]) -> float:
     return best
 
 
-def _gemm_call(kind: str, m: int, n: int, k: int) -> Callable[[], Any]:
+def _gemm_call(kind: str, m: int, n: int, k: int, fast_accum: bool = False) -> Callable[[], Any]:
     """One GEMM of `kind` on fresh random operands (`bf16`: matmul; `fp8`: _scaled_mm, e4m3, tensor-wise
-    scales of 1, bf16 out). B is stored (n, k) and used transposed: the layout of a linear layer's
-    weight, and the one `_scaled_mm` requires."""
+    scales of 1, bf16 out, fp32 accumulation promoted periodically or, `fast_accum`, not). B is stored
+    (n, k) and used transposed: the layout of a linear layer's weight, and the one `_scaled_mm` requires."""
     import torch
 
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
@@ -266,17 +267,20 @@ def _gemm_call(kind: str, m: int, n: int, k: int) -> Callable[[], Any]:
     f8 = torch.float8_e4m3fnuz if getattr(torch.version, "hip", None) else torch.float8_e4m3fn
     a8, b8 = a.to(f8), b.to(f8).t()     # the bf16 operands are freed when this returns
     one = torch.ones((), device="cuda", dtype=torch.float32)
-    return lambda: torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+    return lambda: torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16,
+                                    use_fast_accum=fast_accum)
 
 
 def _gemm_peak(kind: str, shapes: tuple[tuple[int, int, int], ...]) -> tuple[float, str]:
-    """Best TFLOP/s over `shapes` for `kind`, and the shape that gave it."""
+    """Best TFLOP/s over `shapes` for `kind` (fp8: with and without fast accumulation, the faster
+    counts: fp8 kernels use either), and the shape that gave it."""
     best, best_shape = 0.0, ""
     for m, n, k in shapes:
-        ms = _best_ms(_gemm_call(kind, m, n, k))       # the operands go with the call when it returns
-        tflops = 2.0 * m * n * k / (ms * 1e-3) / 1e12
-        if tflops > best:
-            best, best_shape = tflops, f"{m}x{n}x{k}"
+        for fast in ((False, True) if kind == "fp8" else (False,)):
+            ms = _best_ms(_gemm_call(kind, m, n, k, fast))      # the operands go with the call when it returns
+            tflops = 2.0 * m * n * k / (ms * 1e-3) / 1e12
+            if tflops > best:
+                best, best_shape = tflops, f"{m}x{n}x{k}" + (" fast_accum" if fast else "")
     return best, best_shape
 
 
@@ -292,7 +296,7 @@ def _copy_gbps(nbytes: int) -> float:
 
 def measure_peaks(shapes: tuple[tuple[int, int, int], ...] = GEMM_SHAPES,
                   copy_bytes: int = COPY_BYTES) -> MeasuredPeaks:
-    """Measure the current CUDA device's bf16 and fp8 GEMM peaks and its copy bandwidth (~1 s).
+    """Measure the current CUDA device's bf16 and fp8 GEMM peaks and its copy bandwidth (1-2 s).
     A class that cannot run (no fp8 on the card, out of memory) is left out and noted."""
     import torch
 
@@ -313,6 +317,8 @@ def measure_peaks(shapes: tuple[tuple[int, int, int], ...] = GEMM_SHAPES,
     memory_gbps: Optional[float] = None
     nbytes = min(copy_bytes, int(free * 0.4) // 2)      # two buffers, well inside what is free
     try:
+        if nbytes < 256 << 20:      # a copy that fits in a few L2s measures the cache, not HBM
+            raise MemoryError(f"{free >> 20} MiB free: too little for a copy that bypasses the L2")
         memory_gbps = _copy_gbps(nbytes)
     except Exception as err:  # noqa: BLE001 - as above
         notes.append(f"memory: {type(err).__name__}: {str(err).strip().splitlines()[0][:200] if str(err) else ''}")
