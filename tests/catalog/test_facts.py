@@ -19,7 +19,8 @@ from operatorx.spec.gemm import GemmArgs
 from operatorx.spec.moe import GroupedTopK, MoeArgs
 
 #: scheme name -> (preset of most roles, {role: preset} for the others). ROLES are attn_qkv,
-#: attn_out, dense_mlp, experts, shared_experts, router (the gate GEMM), lm_head.
+#: attn_out, dense_mlp, experts, shared_experts, router (the gate GEMM), lm_head and
+#: linear_attn_ba (Qwen3.5's in_proj_ba; it follows attn_qkv unless a scheme names it).
 Schemes = dict[str, tuple[str, dict[str, str]]]
 
 _FP8_BLOCK_DEEPSEEK: Schemes = {"fp8_block": ("fp8_block", {"router": "bf16", "lm_head": "bf16"})}
@@ -30,6 +31,7 @@ _DSV4: Schemes = {"fp8_ue8m0_fp4_experts": ("fp8_block_ue8m0", {"experts": "w4a1
                                                                  "lm_head": "bf16"})}
 _GPT_OSS: Schemes = {"mxfp4_experts": ("bf16", {"experts": "w4a16_mxfp4"})}
 _MINIMAX: Schemes = {"fp8_block": ("fp8_block", {"router": "fp32", "lm_head": "bf16"})}
+_KIMI_INT4: Schemes = {"w4a16_int4_experts": ("bf16", {"experts": "w4a16_int4_g32"})}
 
 
 def _moe(gate: str, logits: str, scoring: str, select: str, bias: bool, renormalize: bool, scale: float,
@@ -85,6 +87,18 @@ FACTS: dict[str, tuple[Schemes, Optional[dict[str, Any]]]] = {
     "Qwen/Qwen3-Coder-480B-A35B-Instruct": (_BF16, _QWEN3),
     "Qwen/Qwen3.5-35B-A3B": (_BF16, {**_QWEN3, "shared_gate": "sigmoid"}),
     "Qwen/Qwen3.5-397B-A17B": (_BF16, {**_QWEN3, "shared_gate": "sigmoid"}),
+    # issue 14 item 5: the checkpoints upstream moe_small uses (sources: docs/catalog-facts.md)
+    "Qwen/Qwen3.5-397B-A17B-FP8": ({"fp8_block_bf16scale": ("fp8_block_bf16scale", {
+        "router": "bf16", "lm_head": "bf16", "linear_attn_ba": "bf16"})}, {**_QWEN3, "shared_gate": "sigmoid"}),
+    "zai-org/GLM-5.1-FP8": (_FP8_BLOCK_DEEPSEEK, _moe("bf16", "fp32", "sigmoid", "grouped_topk", True, True, 2.5)),
+    "zai-org/GLM-5.2-FP8": (_FP8_BLOCK_DEEPSEEK, _moe("bf16", "fp32", "sigmoid", "grouped_topk", True, True, 2.5)),
+    "moonshotai/Kimi-K2.5": (_KIMI_INT4, _moe("bf16", "bf16", "sigmoid", "grouped_topk", True, True, 2.827)),
+    "moonshotai/Kimi-K2.6": (_KIMI_INT4, _moe("bf16", "bf16", "sigmoid", "grouped_topk", True, True, 2.827)),
+    "MiniMaxAI/MiniMax-M3-MXFP8": ({"mxfp8": ("mxfp8", {"router": "fp32", "lm_head": "bf16"})},
+                                   _moe("fp32", "fp32", "sigmoid", "topk", True, True, 2.0, "swigluoai", 7.0)),
+    "deepseek-ai/DeepSeek-V4.1-Flash": ({"fp8_block32_ue8m0_fp4_experts": ("fp8_block32_ue8m0", {
+        "experts": "w4a16_mxfp4", "router": "bf16", "lm_head": "bf16"})},
+        _moe("bf16", "fp32", "sqrtsoftplus", "topk", True, True, 1.5, limit=10.0)),
 }
 
 #: Generic schemes cite a labelled source so they are never read as a published quantization.
@@ -105,7 +119,7 @@ def test_scheme_per_role_in_the_data_and_the_generated_cases(ckpt_id):
     expected = _expected_roles(FACTS[ckpt_id][0])
     assert {name: {r: rs[r].name for r in ROLES} for name, rs in ckpt.schemes.items()} == expected
     tp = min(ckpt.tps)
-    by_role = {s.role: s for s in gemm_shapes(ckpt.arch, tp, True, [])}
+    by_role = {s.role: s for s in gemm_shapes(ckpt.arch, tp, True, [], ckpt.not_produced)}
     for name, roles in expected.items():
         source = ckpt.source_id(name)
         assert (source != ckpt.id) == (name in GENERIC and ckpt.family == "llama-3"), source

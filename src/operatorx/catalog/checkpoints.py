@@ -3,7 +3,10 @@
 A data file holds `config` (config.json keys as the checkpoint publishes them, only those
 confirmed), `implementation` (facts its reference code fixes and config.json does not say),
 `facts_from` (where each came from), `tp` (the tensor-parallel sizes it is deployed at) and
-`schemes` (per-role quantization of each published variant). Nothing here computes shapes.
+`schemes` (per-role quantization of each published variant). `not_produced` names GEMM role
+groups (gemm_roles.ROLE_GROUPS) the catalog leaves out on purpose, each with its reason: a
+group whose facts were not found for this model is declared there rather than left to warn.
+Nothing here computes shapes.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Any
 
 from operatorx.catalog.arch import Arch, read_arch
 from operatorx.catalog.errors import CatalogError
+from operatorx.catalog.gemm_roles import ROLE_GROUPS
 from operatorx.catalog.implementations import implementation_for
 from operatorx.catalog.moe_layer import gate_dtype_of
 from operatorx.catalog.schemes import RoleSchemes, role_schemes
@@ -23,7 +27,7 @@ from operatorx.catalog.schemes import RoleSchemes, role_schemes
 __all__ = ["Checkpoint", "load_catalog", "find_checkpoints"]
 
 _REQUIRED = ("id", "family", "facts_from", "config", "tp", "schemes")
-_ALLOWED = set(_REQUIRED) | {"implementation", "implementation_from", "notes", "moe_routing_sweep"}
+_ALLOWED = set(_REQUIRED) | {"implementation", "implementation_from", "notes", "moe_routing_sweep", "not_produced"}
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,8 @@ class Checkpoint:
     schemes: dict[str, RoleSchemes]
     scheme_checkpoints: dict[str, str]
     moe_routing_sweep: bool = False
+    #: GEMM role groups left out on purpose (group name -> why), never produced for this checkpoint.
+    not_produced: tuple[str, ...] = ()
 
     def source_id(self, scheme: str) -> str:
         """The checkpoint id a scheme's cases cite (a quantized variant may be its own repo)."""
@@ -64,9 +70,14 @@ def _parse(data: dict[str, Any], where: str) -> Checkpoint:
         if gate is not None and router != gate:
             raise CatalogError(f"{where}: scheme '{name}' runs the router gate GEMM as '{router}' but the MoE "
                                f"layer's gate is {gate} (implementation gate_dtype); make them agree")
+    skip = data.get("not_produced", {})
+    if not isinstance(skip, dict) or any(g not in ROLE_GROUPS or not isinstance(r, str) or not r.strip()
+                                         for g, r in skip.items()):
+        raise CatalogError(f"{where}: not_produced maps role groups ({', '.join(ROLE_GROUPS)}) to the reason "
+                           f"each is left out; got {skip!r}")
     return Checkpoint(id=data["id"], family=data["family"], facts_from=tuple(data["facts_from"]), tps=tps,
                       arch=arch, schemes=schemes, scheme_checkpoints=variants,
-                      moe_routing_sweep=bool(data.get("moe_routing_sweep", False)))
+                      moe_routing_sweep=bool(data.get("moe_routing_sweep", False)), not_produced=tuple(skip))
 
 
 @cache

@@ -12,7 +12,8 @@ module names so a case's sources read like the model's `named_modules()`.
 - Dense MLP and shared experts: `gate_up_proj` merged column-parallel, `down_proj` row-parallel.
 - Router `gate` replicated; `lm_head` vocab-parallel over the vocab padded to 64.
 - Gated-delta-net linear attention (Qwen3.5/Qwen3-Next): `in_proj_qkvz`, `in_proj_ba`
-  column-parallel, `out_proj` row-parallel.
+  column-parallel, `out_proj` row-parallel; `in_proj_ba` has its own scheme role
+  (`linear_attn_ba`) because an FP8 release may keep it bf16 (Qwen3.5-397B-A17B-FP8 does).
 - DeepSeek-V4 (vllm/models/deepseek_v4/attention.py, compressor.py, nvidia/model.py), modules
   named as vLLM names them (`attn.*`, `ffn.*`): `attn.fused_wqa_wkv` (wq_a + wkv, replicated),
   `attn.wq_b` column-parallel, `attn.wo_a` the grouped low-rank output (a bmm over
@@ -185,7 +186,7 @@ def _linear_attention(arch: Arch, tp: int) -> list[GemmShape]:
     value_dim = v_heads * arch.int("linear_value_head_dim", what)
     return [
         GemmShape("linear_attn.in_proj_qkvz", 2 * key_dim + 2 * value_dim, hidden, "attn_qkv"),
-        GemmShape("linear_attn.in_proj_ba", 2 * v_heads, hidden, "attn_qkv"),
+        GemmShape("linear_attn.in_proj_ba", 2 * v_heads, hidden, "linear_attn_ba"),
         GemmShape("linear_attn.out_proj", hidden, value_dim, "attn_out"),
     ]
 
@@ -257,15 +258,19 @@ ROLE_GROUPS: dict[str, Callable[[Arch, int], list[GemmShape]]] = {
 }
 
 
-def gemm_shapes(arch: Arch, tp: int, strict: bool, skipped: list[str]) -> list[GemmShape]:
+def gemm_shapes(arch: Arch, tp: int, strict: bool, skipped: list[str],
+                 leave_out: tuple[str, ...] = ()) -> list[GemmShape]:
     """All per-rank GEMM weights of one decoder at `tp`.
 
     strict: a missing field raises (from_config). Otherwise the role group is skipped and one
     line naming the field goes to `skipped` (the catalog leaves unconfirmed facts out).
+    leave_out: role groups a checkpoint data file declares not produced (with its reason there).
     A TP that does not divide a split dimension always raises.
     """
     shapes: list[GemmShape] = []
     for name, build in ROLE_GROUPS.items():
+        if name in leave_out:
+            continue
         try:
             shapes += build(arch, tp)
         except (MissingField, NotDerived) as err:

@@ -43,10 +43,11 @@ def _case(kind: str, args: dict[str, Any], source: str, notes: list[str]) -> Cas
 
 
 def gemm_cases(arch: Arch, schemes: RoleSchemes, source_id: str, tp: int, ms: Sequence[int],
-               strict: bool, notes: list[str]) -> list[Case]:
-    """GEMM cases of one checkpoint scheme at one TP, one per (role, M)."""
+               strict: bool, notes: list[str], leave_out: tuple[str, ...] = ()) -> list[Case]:
+    """GEMM cases of one checkpoint scheme at one TP, one per (role, M); `leave_out` names role
+    groups the checkpoint declares not produced."""
     out = []
-    for shape in gemm_shapes(arch, tp, strict, notes):
+    for shape in gemm_shapes(arch, tp, strict, notes, leave_out):
         scheme = preset(shape.preset, shape.role) if shape.preset else schemes[shape.scheme_role]
         out_dtype = "fp32" if scheme.a.get("dtype") == "fp32" else shape.out
         for m in ms:
@@ -130,7 +131,8 @@ def generate(models: Sequence[str] | None = None, tps: Sequence[int] | None = No
             if schemes and name not in schemes:
                 continue
             for tp in _tps_for(ckpt, tps):
-                cases += gemm_cases(ckpt.arch, role_map, ckpt.source_id(name), tp, ms, False, notes)
+                cases += gemm_cases(ckpt.arch, role_map, ckpt.source_id(name), tp, ms, False, notes,
+                                    ckpt.not_produced)
                 cases += moe_cases(ckpt.arch, role_map, ckpt.source_id(name), tp, moe_tokens, False, notes)
     _warn(notes)
     return merge_cases(cases)

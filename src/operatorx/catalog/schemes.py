@@ -3,7 +3,9 @@
 A checkpoint data file says, per scheme it ships in, which preset each role runs:
 `{"default": "fp8_block", "roles": {"router": "bf16", "lm_head": "bf16"}}`. Roles are the
 issue's list: attention qkv, attention output, dense MLP, routed experts, shared experts,
-router and lm_head.
+router and lm_head, plus `linear_attn_ba`: the gated-delta-net `in_proj_ba` (beta/alpha
+state gates), its own role because Qwen3.5's FP8 release keeps it bf16 while quantizing
+`in_proj_qkvz`; a scheme that does not name it runs it like `attn_qkv`.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from operatorx.catalog.errors import CatalogError
 
 __all__ = ["ROLES", "Scheme", "presets", "RoleSchemes", "role_schemes"]
 
-ROLES = ("attn_qkv", "attn_out", "dense_mlp", "experts", "shared_experts", "router", "lm_head")
+ROLES = ("attn_qkv", "attn_out", "dense_mlp", "experts", "shared_experts", "router", "lm_head", "linear_attn_ba")
 
 
 @dataclass(frozen=True)
@@ -64,4 +66,7 @@ def role_schemes(name: str, spec: dict[str, Any], where: str) -> RoleSchemes:
     if bad:
         raise CatalogError(f"scheme '{name}': unknown roles {bad}; roles are {', '.join(ROLES)} ({where})")
     default = preset(spec["default"], where)
-    return RoleSchemes(name, {r: preset(overrides[r], where) if r in overrides else default for r in ROLES})
+    by_role = {r: preset(overrides[r], where) if r in overrides else default for r in ROLES}
+    if "linear_attn_ba" not in overrides:  # an attention input projection: follows attn_qkv unless named
+        by_role["linear_attn_ba"] = by_role["attn_qkv"]
+    return RoleSchemes(name, by_role)

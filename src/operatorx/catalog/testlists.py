@@ -8,8 +8,9 @@
   checkpoints in GEMM_FP8 at their deployed TP over a few M.
 - `moe_small`: one layer per MoE checkpoint scheme at tokens=1 (smallest deployed TP, plus
   each deployed TP where vLLM pads the experts' per-rank size, e.g. gpt-oss-120b's MXFP4
-  experts at TP 2/4/8); one checkpoint per family swept over 8/64/512/2048; the checkpoints
-  flagged `moe_routing_sweep` under every routing distribution.
+  experts at TP 2/4/8); one checkpoint per family swept over 8/64/512/2048 (the one MOE_SWEEP
+  names, else the family's first data file); the checkpoints flagged `moe_routing_sweep` under
+  every routing distribution.
 
 Rebuild with `python -m operatorx.catalog` (writes src/operatorx/testlists/).
 """
@@ -29,7 +30,7 @@ from operatorx.catalog.moe_layer import ROUTING_DISTRIBUTIONS, experts_inter
 from operatorx.spec import Case, dump_testlist, merge_cases
 from operatorx.spec.gemm import GemmArgs
 
-__all__ = ["SHIPPED", "build_shipped", "write_shipped", "GEMM_PERF", "GEMM_FP8"]
+__all__ = ["SHIPPED", "build_shipped", "write_shipped", "GEMM_PERF", "GEMM_FP8", "MOE_SWEEP"]
 
 #: gemm_perf: (checkpoint id, TP, role, M values), bf16, ~20 cases: MLA, large/small GQA,
 #: dense MLP and lm_head shapes over decode M 1..64 and prefill up to 32768.
@@ -45,6 +46,14 @@ GEMM_PERF = (
     ("openai/gpt-oss-120b", 4, "self_attn.qkv_proj", (2, 16384)),
 )
 SWEEP_TOKENS = (8, 64, 512, 2048)
+
+#: moe_small's token sweep, by family, where the family's first data file is not the one to
+#: sweep: quantized variants added later (Kimi-K2.5/K2.6 INT4, GLM-5.1/5.2 FP8) sort before
+#: the checkpoint the family was first swept with, and the list's existing cases stay put.
+MOE_SWEEP = {
+    "kimi-k2": "moonshotai/Kimi-K2-Instruct",
+    "glm-5": "zai-org/GLM-5",
+}
 
 #: gemm_fp8's catalog part: (checkpoint id, scheme name, M values); every role the scheme
 #: runs in FP8 (router gate and lm_head stay bf16 and are left out) at each deployed TP.
@@ -89,10 +98,23 @@ def _gemm_fp8() -> list[Case]:
     return merge_cases(cases)
 
 
+def _sweep_picks() -> set[str]:
+    """The checkpoint id swept over SWEEP_TOKENS in each MoE family."""
+    moe = [c for c in load_catalog() if c.arch.is_moe]
+    ids = {c.id for c in moe}
+    unknown = sorted(i for i in MOE_SWEEP.values() if i not in ids)
+    if unknown:
+        raise CatalogError(f"MOE_SWEEP names checkpoints the catalog has no MoE data file for: {unknown}")
+    picks: dict[str, str] = dict(MOE_SWEEP)
+    for ckpt in moe:
+        picks.setdefault(ckpt.family, ckpt.id)
+    return set(picks.values())
+
+
 def _moe_small() -> list[Case]:
     cases: list[Case] = []
     notes: list[str] = []
-    swept_families: set[str] = set()
+    swept = _sweep_picks()
     for ckpt in load_catalog():
         if not ckpt.arch.is_moe:
             continue
@@ -100,7 +122,7 @@ def _moe_small() -> list[Case]:
         for name, roles in ckpt.schemes.items():
             src = ckpt.source_id(name)
             cases += moe_cases(ckpt.arch, roles, src, tp, (1,), False, notes)
-            if ckpt.family not in swept_families:
+            if ckpt.id in swept:
                 cases += moe_cases(ckpt.arch, roles, src, tp, SWEEP_TOKENS, False, notes)
             for other in ckpt.tps:  # TPs where vLLM pads the experts' per-rank size: one case each
                 run_inter, inter = experts_inter(ckpt.arch, roles["experts"], other)
@@ -109,7 +131,6 @@ def _moe_small() -> list[Case]:
             if ckpt.moe_routing_sweep:
                 cases += moe_cases(ckpt.arch, roles, src, tp, (1,) + SWEEP_TOKENS, False, notes,
                                    distributions=ROUTING_DISTRIBUTIONS)
-        swept_families.add(ckpt.family)
     for line in dict.fromkeys(notes):
         warnings.warn(line, CatalogWarning, stacklevel=2)
     return merge_cases(cases)
