@@ -43,7 +43,8 @@ def moe_case(scheme: str, style: str = "deepseek", tokens: int = 8, routing: Opt
              num: int = 16, top_k: int = 4, hidden: int = 512, inter: int = 256,
              activation: Optional[dict[str, Any]] = None, shared: bool = True) -> Case:
     """style: deepseek (bf16 GateLinear, sigmoid grouped), qwen (softmax, gated shared expert),
-    glm (fp32 gate, sigmoid grouped_topk 1/1 as GLM-4.5), minimax (fp32 gate, sigmoid top-k, no shared)."""
+    glm (fp32 gate, sigmoid grouped_topk 1/1 as GLM-4.5), minimax (fp32 gate, sigmoid top-k, no shared),
+    dsv4 / dsv4_hash (bf16 gate, fp32 logits, sqrtsoftplus; top-k with bias / hash table over 1000 ids)."""
     a, w = SCHEMES[scheme]
     experts = {"num": num, "top_k": top_k, "inter": inter, "a1": a, "w1": w, "w2": w, "a2": a}
     args: dict[str, Any] = {"tokens": tokens, "hidden": hidden, "experts": experts,
@@ -58,6 +59,11 @@ def moe_case(scheme: str, style: str = "deepseek", tokens: int = 8, routing: Opt
         args["router"] = {"gate": {"dtype": "fp32", "logits": "fp32"}, "scoring": "sigmoid", "bias": True,
                           "renormalize": True, "scale": 2.5, "select": {"kind": "grouped_topk", "groups": 1,
                                                                        "topk_groups": 1}}
+        args["shared"] = plain_shared
+    elif style in ("dsv4", "dsv4_hash"):
+        select = {"kind": "hash", "vocab": 1000} if style == "dsv4_hash" else {"kind": "topk"}
+        args["router"] = {"gate": {"dtype": "bf16", "logits": "fp32"}, "scoring": "sqrtsoftplus",
+                          "bias": style == "dsv4", "renormalize": True, "scale": 1.5, "select": select}
         args["shared"] = plain_shared
     elif style == "minimax":
         args["router"] = {"gate": {"dtype": "fp32", "logits": "fp32"}, "scoring": "sigmoid", "bias": True,

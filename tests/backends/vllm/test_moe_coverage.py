@@ -187,9 +187,25 @@ def test_qwen_shared_expert_gate_plans() -> None:
     assert isinstance(qm.moe_plan(args), qm.Plan)
 
 
+@pytest.mark.parametrize("style", ["dsv4", "dsv4_hash"])
+@pytest.mark.parametrize("scheme", ["bf16", "fp8_block"])
+def test_deepseek_v4_routing_plans_with_its_gate(style: str, scheme: str) -> None:
+    args = _args(moe_case(scheme, style=style, activation={"kind": "silu", "gated": True, "limit": 10.0}))
+    assert isinstance(qm.moe_plan(args), qm.Plan)
+    gw = qm.gate_wiring(args)
+    assert isinstance(gw, qm.GateWiring)
+    assert (gw.style, gw.gate_cls, gw.logits_fp32, gw.external, gw.routed_scale_on_output) == \
+        ("deepseek_v4", "GateLinear", True, False, False)
+
+
 @pytest.mark.parametrize("change,words", [
-    ({"router__select": {"kind": "hash", "vocab": 1000}}, "hash_indices_table"),
-    ({"router__scoring": "sqrtsoftplus"}, "sqrtsoftplus"),
+    ({"router__select": {"kind": "hash", "vocab": 1000}}, "topk_hash_softplus_sqrt"),      # softmax + hash
+    ({"router__scoring": "sqrtsoftplus"}, "FusedTopKRouter"),                             # no bias, no hash
+    ({"router__scoring": "sqrtsoftplus", "router__bias": True,
+      "router__select": {"kind": "grouped_topk", "groups": 4, "topk_groups": 2}}, "GroupedTopKRouter"),
+    ({"router__scoring": "sqrtsoftplus", "router__bias": True}, "bf16 GateLinear with fp32 logits"),
+    ({"router__scoring": "sqrtsoftplus", "router__bias": True, "router__select": {"kind": "hash", "vocab": 10}},
+     "hash routing with a score-correction bias"),
     ({"experts__latent": 128}, "routed_input_transform"),
     ({"experts__zero": 2}, "zero_expert_type"),
     ({"experts__bias": True}, "has_bias"),
@@ -200,6 +216,27 @@ def test_layer_features_name_what_vllm_has_and_what_is_missing(change: dict[str,
 
 
 # --- reference activations, by hand ---------------------------------------------------------------------
+
+def test_sqrtsoftplus_router_weights_by_hand() -> None:
+    from operatorx.backends.vllm.reference import route_weights
+
+    logits = torch.tensor([[0.0, 2.0, -1.0, 1.0]])
+    # sqrt(softplus): sqrt(ln 2) = 0.832555, sqrt(ln(1 + e^2)) = sqrt(2.126928) = 1.458399
+    w = route_weights(logits, torch.tensor([[1, 0]]), "sqrtsoftplus", False, None)
+    assert torch.allclose(w, torch.tensor([[1.458399, 0.832555]]), atol=1e-5), w
+    w = route_weights(logits, torch.tensor([[1, 0]]), "sqrtsoftplus", True, 1.5)
+    assert torch.allclose(w, torch.tensor([[1.5 * 1.458399 / 2.290954, 1.5 * 0.832555 / 2.290954]]), atol=1e-5)
+
+
+def test_hash_table_rows_are_distinct_experts_in_range() -> None:
+    from operatorx.backends.vllm.moe_build import hash_table
+
+    t = hash_table(1000, 16, 6, torch.Generator().manual_seed(1), chunk_rows=300)
+    assert t.shape == (1000, 6) and t.dtype == torch.int32
+    assert int(t.min()) >= 0 and int(t.max()) <= 15
+    assert bool((t.long().sort(dim=1).values.diff(dim=1) > 0).all())
+    assert len({tuple(r) for r in t.tolist()}) > 900        # rows differ: the table routes by token id
+
 
 def _silu(v: float) -> float:
     return v / (1.0 + math.exp(-v))

@@ -57,6 +57,8 @@ class VllmMoe(VllmBackendBase):
 
 
 def _prepared(args: MoeArgs, plan: quant_map.Plan, built: Any, stack: ExitStack) -> Prepared:
+    import torch
+
     from operatorx.backends.vllm.moe_reference import moe_reference
     from operatorx.backends.vllm.reference import best_flavor, rel_error, route_weights
 
@@ -78,6 +80,16 @@ def _prepared(args: MoeArgs, plan: quant_map.Plan, built: Any, stack: ExitStack)
         router_w = route_weights(logits, seen["router_ids"][:rows], r.scoring, bool(r.renormalize),
                                  None if on_output else r.scale)
         router_err = rel_error(seen["weights"][:rows], router_w)
+        hash_note = ""
+        if b.ref.get("hash_table") is not None:     # the router's ids must be the table's rows for the tokens
+            want = b.ref["hash_table"][b.block.input_ids[:rows].long()].long().sort(dim=-1).values
+            got = seen["router_ids"][:rows].long().sort(dim=-1).values
+            same = bool(torch.equal(want, got))
+            b.metadata["hash_ids_match_table"] = same
+            hash_note = "; router ids equal the hash table's rows" if same else \
+                "; router ids DIFFER from the hash table's rows for the tokens"
+            if not same:
+                router_err = float("inf")
         routed_scale = float(r.scale) if on_output and r.scale is not None else 1.0
         refs = moe_reference(x, seen["ids"], seen["weights"], b.ref, plan.scheme, args.activation, routed_scale)
         err, flavor = best_flavor(out[:rows].float(), plan.scheme, lambda f: refs[f])
@@ -87,7 +99,7 @@ def _prepared(args: MoeArgs, plan: quant_map.Plan, built: Any, stack: ExitStack)
         worst = max(err, router_err * bound / ROUTER_BOUND) if router_err == router_err else router_err
         text = (f"fp32 MoE block of the dequantized checkpoint weights on the routing vLLM used "
                 f"(output rel error {err:.3g}, {flavor} activation scales; router weights vs fp32 scores "
-                f"{router_err:.3g}, bound {ROUTER_BOUND:g}, scaled into the reported error)")
+                f"{router_err:.3g}, bound {ROUTER_BOUND:g}, scaled into the reported error){hash_note}")
         if b.graph is not None:
             text += "; output of the CUDA-graph replay"
         return Check(worst, bound, rows, text)

@@ -34,9 +34,9 @@ from torch import nn
 from operatorx.backends.vllm.common import vllm_refusals
 from operatorx.backends.vllm.quant_map import GateWiring, MoeAct, gate_wiring, moe_activation
 from operatorx.backends.vllm.weights import QuantMatrix, load_params, quantize_matrix, scale_name
-from operatorx.spec.moe import GroupedTopK, MoeArgs
+from operatorx.spec.moe import GroupedTopK, HashSelect, MoeArgs
 
-__all__ = ["SharedMLP", "MoeBlock", "RouterHook", "build_block", "expert_tensors", "shared_tensors"]
+__all__ = ["SharedMLP", "MoeBlock", "RouterHook", "build_block", "expert_tensors", "shared_tensors", "hash_table"]
 
 
 def _act_and_mul(act: MoeAct) -> nn.Module:
@@ -85,16 +85,19 @@ class MoeBlock(nn.Module):
         super().__init__()
         self.gate, self.experts, self.shared = gate, experts, shared
         self.wiring = wiring
+        self.input_ids: Optional[torch.Tensor] = None
+        """Token ids a hash-routed layer routes by (DeepseekV4MoE.forward's input_ids)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w = self.wiring
+        ids = {} if self.input_ids is None else {"input_ids": self.input_ids}
         if w is None or not w.external:          # the runner holds the gate and applies it
-            return self.experts(hidden_states=x, router_logits=x)
+            return self.experts(hidden_states=x, router_logits=x, **ids)
         if w.style == "glm4_moe":                # Glm4MoE.forward: fp32 nn.Linear on the upcast input
             logits = self.gate(x.to(dtype=torch.float32))
         else:                                    # MiniMaxM2MoE.forward: GateLinear returns (logits, bias)
             logits, _ = self.gate(x)
-        return self.experts(hidden_states=x, router_logits=logits)
+        return self.experts(hidden_states=x, router_logits=logits, **ids)
 
 
 class RouterHook:
@@ -166,6 +169,10 @@ def build_block(args: MoeArgs, quant_config: Any, prefix: str) -> tuple[MoeBlock
         bias = nn.Parameter(torch.empty(e.num, dtype=torch.float32), requires_grad=False) if r.bias else None
         # nn.Module.__setattr__'s stub takes Tensor | Module only; torch accepts None (plain attribute)
         gate.e_score_correction_bias = bias  # type: ignore[assignment]
+        table = None
+        if isinstance(r.select, HashSelect):     # DeepseekV4MoE: gate.tid2eid [vocab, top_k] int32
+            table = nn.Parameter(torch.zeros(r.select.vocab, e.top_k, dtype=torch.int32), requires_grad=False)
+            gate.tid2eid = table
     shared = None
     if args.shared is not None:
         s = args.shared
@@ -186,6 +193,8 @@ def build_block(args: MoeArgs, quant_config: Any, prefix: str) -> tuple[MoeBlock
         kwargs["gate"] = gate
     if gw.routed_scale_on_output:
         kwargs["apply_routed_scale_to_output"] = True
+    if table is not None:
+        kwargs["hash_indices_table"] = table
     if grouped:
         assert isinstance(r.select, GroupedTopK)
         kwargs.update(num_expert_group=r.select.groups, topk_group=r.select.topk_groups)
@@ -195,13 +204,15 @@ def build_block(args: MoeArgs, quant_config: Any, prefix: str) -> tuple[MoeBlock
         kwargs["router_logits_dtype"] = getattr(gate, "out_dtype", None)
     kwargs, dropped = _accepted(FusedMoE, kwargs)
     needed = {"gate", "shared_experts", "activation", "swiglu_limit", "swiglu_alpha", "swiglu_beta",
-              "apply_routed_scale_to_output", "router_logits_dtype"}
+              "apply_routed_scale_to_output", "router_logits_dtype", "hash_indices_table"}
     if needed & set(dropped):
         raise RuntimeError(f"this vLLM's FusedMoE takes no {sorted(needed & set(dropped))}: the block wiring "
                            "here needs them")
     with vllm_refusals("to build FusedMoE", construction=True):
         runner = FusedMoE(**kwargs)
     styles = {"deepseek_v2": "deepseek_v3 (DeepseekV2MoE)",
+              "deepseek_v4": "deepseek_v4 (DeepseekV4MoE: GateLinear fp32 logits, sqrtsoftplus"
+                             + (", hash table tid2eid routing by token id)" if table is not None else ")"),
               "qwen2_moe": "qwen (Qwen2MoeSparseMoeBlock / Qwen3NextSparseMoeBlock)",
               "glm4_moe": "glm4_moe (Glm4MoE: fp32 nn.Linear gate on the fp32-cast input, routed scale on output)",
               "minimax_m2": "minimax_m2 (MiniMaxM2MoE: fp32 GateLinear)"}
@@ -280,6 +291,10 @@ def load_block(block: MoeBlock, args: MoeArgs, scheme: str, gen: torch.Generator
     if args.router.bias:
         bias = 0.1 * torch.randn(e.num, generator=gen, device="cuda", dtype=torch.float32)
         gate_tensors["e_score_correction_bias"] = bias
+    table = None
+    if isinstance(args.router.select, HashSelect):
+        table = hash_table(args.router.select.vocab, e.num, e.top_k, gen)
+        gate_tensors["tid2eid"] = table
     load_params(block.gate, gate_tensors, "gate")
     re = cast(nn.Module, block.experts.routed_experts)    # FusedMoE's RoutedExperts (vLLM is untyped here)
     tensors, per_expert = expert_tensors(args, scheme, gen, scale_dtype)
@@ -288,7 +303,7 @@ def load_block(block: MoeBlock, args: MoeArgs, scheme: str, gen: torch.Generator
         tensors["e_score_correction_bias"] = bias
     load_params(re, tensors, "RoutedExperts")
     del tensors
-    ref: dict[str, Any] = {"gate": gate_w, "bias": bias, "experts": per_expert, "shared": None}
+    ref: dict[str, Any] = {"gate": gate_w, "bias": bias, "experts": per_expert, "shared": None, "hash_table": table}
     if block.shared is not None:
         sh, (q1, q2, sgate) = shared_tensors(args, scheme, gen, scale_dtype)
         load_params(block.shared.gate_up_proj, sh["gate_up_proj"], "shared.gate_up_proj")
@@ -298,6 +313,16 @@ def load_block(block: MoeBlock, args: MoeArgs, scheme: str, gen: torch.Generator
             load_params(block.shared.expert_gate, {"weight": sgate}, "shared_expert_gate")
         ref["shared"] = (q1, q2, sgate)
     return ref
+
+
+def hash_table(vocab: int, experts: int, top_k: int, gen: torch.Generator, chunk_rows: int = 16384) -> torch.Tensor:
+    """A synthetic tid2eid: for each token id, top_k distinct experts (int32, as DeepseekV4MoE keeps it)."""
+    rows = []
+    for start in range(0, vocab, chunk_rows):
+        n = min(chunk_rows, vocab - start)
+        noise = torch.rand(n, experts, generator=gen, device=gen.device)
+        rows.append(noise.argsort(dim=1)[:, :top_k].to(torch.int32))
+    return torch.cat(rows)
 
 
 def process_after_loading(block: nn.Module) -> None:

@@ -17,7 +17,7 @@ from operatorx.backends.vllm.moe_build import MoeBlock, RouterHook, build_block,
 from operatorx.backends.vllm.quant_map import Plan
 from operatorx.backends.vllm.weights import param_summary
 from operatorx.spec import Case
-from operatorx.spec.moe import MoeArgs
+from operatorx.spec.moe import HashSelect, MoeArgs
 
 __all__ = ["BuiltMoe", "build_moe"]
 
@@ -67,7 +67,8 @@ class BuiltMoe(GraphOrEager):
         re: Any = runner.routed_experts
         x = self.x
         weights, ids = runner.router.select_experts(hidden_states=x, router_logits=self.logits(),
-                                                    topk_indices_dtype=re.quant_method.topk_indices_dtype)
+                                                    topk_indices_dtype=re.quant_method.topk_indices_dtype,
+                                                    input_ids=self.block.input_ids)
         out = re.forward_modular(x=x, topk_weights=weights, topk_ids=ids)
         w = self.block.wiring
         if w is not None and w.routed_scale_on_output and runner.routed_scaling_factor != 1.0:
@@ -120,6 +121,8 @@ def build_moe(case: Case, args: MoeArgs, plan: Plan, stack: ExitStack) -> BuiltM
     router.select_experts = built.hook          # instance attribute shadows the method
 
     built.x = torch.randn(args.tokens, args.hidden, generator=gen, device="cuda", dtype=torch.bfloat16)
+    if isinstance(args.router.select, HashSelect):   # token ids the hash layer routes by
+        block.input_ids = torch.randint(0, args.router.select.vocab, (args.tokens,), generator=gen, device="cuda")
     with vllm_refusals("the MoE forward", construction=False):
         seen = built.run_recorded()
     size = graph_size(args.tokens, env.capture_sizes)

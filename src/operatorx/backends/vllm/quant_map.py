@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Optional, Union
 
 from operatorx.spec.gemm import GemmArgs
-from operatorx.spec.moe import Activation, GroupedTopK, MoeArgs, TopK
+from operatorx.spec.moe import Activation, GroupedTopK, HashSelect, MoeArgs
 from operatorx.spec.operand import Operand
 
 __all__ = ["QuantConfigSpec", "Plan", "Scheme", "pair_scheme", "gemm_plan", "moe_plan", "SELECTION_ENV",
@@ -320,7 +320,7 @@ def moe_activation(act: Activation) -> Union[MoeAct, str]:
 class GateWiring:
     """Which vLLM 0.26 model block the router gate mirrors (model_executor/models/*.py)."""
 
-    style: Literal["deepseek_v2", "qwen2_moe", "glm4_moe", "minimax_m2"]
+    style: Literal["deepseek_v2", "deepseek_v4", "qwen2_moe", "glm4_moe", "minimax_m2"]
     gate_cls: str
     params_fp32: bool
     logits_fp32: bool
@@ -336,6 +336,11 @@ def gate_wiring(args: MoeArgs) -> Union[GateWiring, str]:
     r = args.router
     g = r.gate
     logits = g.logits or g.dtype
+    if r.scoring == "sqrtsoftplus":
+        if g.dtype != "bf16" or logits != "fp32":
+            return (f"sqrtsoftplus scoring with a {g.dtype} gate and {logits} logits: vLLM's sqrtsoftplus block "
+                    "(DeepseekV4MoE) has a bf16 GateLinear with fp32 logits")
+        return GateWiring("deepseek_v4", "GateLinear", False, True, False, False)
     if g.dtype == "fp32":
         if logits != "fp32":
             return ("an fp32 router gate with bf16 logits: vLLM's fp32 gates (Glm4MoE nn.Linear, MiniMaxM2 GateLinear) "
@@ -370,13 +375,20 @@ def _moe_refusal(args: MoeArgs) -> Optional[str]:
     if r.weight_on_input:
         return ("router weight on the input: vLLM 0.26 has FusedMoE(apply_router_weight_on_input=True) (Llama-4, "
                 "top_k 1 only); not wired in this backend")
-    if not isinstance(r.select, (TopK, GroupedTopK)):
-        return ("hash routing: vLLM 0.26 has it (FusedMoE(hash_indices_table=) → FusedTopKBiasRouter, "
-                "DeepseekV4MoE), but it routes by the token ids passed to forward(input_ids=); this backend "
-                "has no token-id input or hash table yet")
+    hashed = isinstance(r.select, HashSelect)
+    if hashed and r.scoring != "sqrtsoftplus":
+        return (f"hash routing with {r.scoring} scoring: on CUDA vLLM 0.26 reads the hash table only in "
+                "topk_hash_softplus_sqrt (sqrtsoftplus, DeepseekV4MoE); ops.topk_softmax/topk_sigmoid ignore it")
+    if hashed and r.bias:
+        return ("hash routing with a score-correction bias: DeepseekV4MoE's hash layers have none, and vLLM's "
+                "hash path never reads it")
     if r.scoring == "sqrtsoftplus":
-        return ("sqrtsoftplus scoring: vLLM 0.26 has it (FusedTopKBiasRouter, DeepseekV4MoE); this backend's router "
-                "weight reference knows softmax and sigmoid only, not wired yet")
+        if isinstance(r.select, GroupedTopK):
+            return ("sqrtsoftplus with grouped top-k: vLLM 0.26's GroupedTopKRouter scores softmax/sigmoid only; "
+                    "sqrtsoftplus runs in FusedTopKBiasRouter (plain top-k or hash)")
+        if not hashed and not r.bias:
+            return ("sqrtsoftplus without a correction bias or hash table: vLLM 0.26 then builds FusedTopKRouter, "
+                    "which has no sqrtsoftplus (FusedTopKBiasRouter does, DeepSeek-V4)")
     gw = gate_wiring(args)
     if isinstance(gw, str):
         return gw

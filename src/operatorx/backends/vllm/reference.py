@@ -61,9 +61,17 @@ def best_flavor(out: torch.Tensor, scheme: str, reference: Callable[[str], torch
 
 def route_weights(logits: torch.Tensor, ids: torch.Tensor, scoring: str, renormalize: bool,
                   scale: Optional[float]) -> torch.Tensor:
-    """The router's weights for chosen `ids` from the logits (correction bias never enters them)."""
+    """The router's weights for chosen `ids` from the logits (correction bias never enters them).
+    sqrtsoftplus is DeepSeek-V4's score, sqrt(softplus(logit)) (vLLM 0.26 topk_hash_softplus_sqrt)."""
     x = logits.float()
-    scores = x.softmax(dim=-1) if scoring == "softmax" else x.sigmoid()
+    if scoring == "softmax":
+        scores = x.softmax(dim=-1)
+    elif scoring == "sigmoid":
+        scores = x.sigmoid()
+    elif scoring == "sqrtsoftplus":
+        scores = torch.nn.functional.softplus(x).sqrt()
+    else:
+        raise ValueError(f"no reference for router scoring {scoring!r}")
     w = scores.gather(1, ids.long())
     if renormalize:
         w = w / w.sum(dim=-1, keepdim=True).clamp_min(1e-20)
