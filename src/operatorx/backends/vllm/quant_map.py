@@ -364,8 +364,10 @@ def _moe_refusal(args: MoeArgs) -> Optional[str]:
     if isinstance(act, str):
         return act
     if e.latent:
-        return ("latent experts: vLLM 0.26 has FusedMoE(routed_input_transform=, routed_output_transform=) "
-                "(NemotronH's fc1/fc2 latent projections); this backend does not build the projections yet")
+        return ("latent experts: vLLM 0.26 has no Kimi-K3 model; its only latent MoE is NemotronH "
+                "(FusedMoE(routed_input_transform=fc1_latent_proj, routed_output_transform=fc2_latent_proj), "
+                "non-gated relu2 experts, no latent norm), which the case format has no activation kind for; "
+                "not wired")
     if e.zero:
         return ("zero (identity) experts: vLLM 0.26 has FusedMoE(zero_expert_type=) → ZeroExpertRouter (LongCat); "
                 "not wired in this backend")
