@@ -234,3 +234,19 @@ def test_importing_the_calibration_touches_no_torch():
             "print('torch' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "False", done.stderr[-2000:]
+
+
+def test_cli_recalibrate_is_stored_with_the_run_and_a_cpu_run_measures_nothing(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    monkeypatch.setenv(ENV_PEAKS_DIR, str(tmp_path / "peaks"))
+    cmd = [sys.executable, "-m", "operatorx", "run", "-t", "gemm_perf", "--device", "cpu", "--limit", "1",
+           "--max-time", "0.05", "--min-samples", "5", "--warmup-calls", "1", "--executor", "inline",
+           "--recalibrate", "--db", str(tmp_path / "r.db"), "--results-dir", str(tmp_path / "docs")]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    doc = json.loads(next((tmp_path / "docs").glob("*.json")).read_text())
+    assert doc["run"]["job"]["config"]["recalibrate"] is True and doc["run"]["peaks"] is None
+    assert all("peak" not in (r.get("metrics") or {}) for r in doc["rows"])
+    assert not (tmp_path / "peaks").exists()
