@@ -22,11 +22,16 @@ so each sample is judged on its own, the way a starved GPU call is:
 Two scopes, because the two host timers time different things:
 - `thread`: the calling thread only (`run --host`: the Python path of one call is that thread's
   work; the fallback is `time.thread_time_ns`).
-- `process`: every thread of the process (the CPU device: torch runs an op's compute on its
-  intra-op threads too, and a starved worker delays the call as much as a starved caller). The
-  wait is the sum over threads; the fallback is `time.process_time_ns` (all threads' CPU), which is
-  conservative: k busy threads use k × wall of CPU, so only a call whose threads together got
-  less than one CPU's worth of the interval is flagged.
+- `process`: the calling thread and the threads that worked with it (the CPU device: torch runs
+  an op's compute on its intra-op threads too, and a starved worker delays the call as much as a
+  starved caller). A thread other than the caller counts when it used at least
+  `_WORKER_CPU_FRACTION` of the sample's wall time in CPU: an idle helper thread (a sampler, a
+  pool waiting for work) that woke up and queued for a moment did not delay the call, and the
+  kernel books a wait when it ends, so a helper's wait that began long before the sample would
+  otherwise land in it. A worker's wait is capped at the sample's wall time for the same reason.
+  The fallback is `time.process_time_ns` (all threads' CPU), which is conservative: k busy
+  threads use k × wall of CPU, so only a call whose threads together got less than one CPU's
+  worth of the interval is flagged.
 
 What neither sees: time the hypervisor takes the whole virtual CPU away (steal time), which is
 invisible inside the guest's scheduler accounting.
@@ -35,6 +40,7 @@ invisible inside the guest's scheduler accounting.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
@@ -54,13 +60,17 @@ CONTENDED_WAIT_FRACTION = 0.05
 _FALLBACK_SLACK_NS = 20_000
 #: A measurement is `cpu_contended` when more than this fraction of its samples were contended.
 MOSTLY = 0.5
+#: Process scope: a thread other than the caller is one of the call's workers when it used at least
+#: this fraction of the sample's wall time in CPU.
+_WORKER_CPU_FRACTION = 0.25
 
 _SCHEDSTAT = "/proc/thread-self/schedstat"
 
 
-def _run_delay_ns(fd: int) -> int:
-    """Field 2 of an open schedstat file: ns spent runnable on a run queue, not running."""
-    return int(os.pread(fd, 128, 0).split()[1])
+def _schedstat(fd: int) -> tuple[int, int]:
+    """(ns on the CPU, ns runnable on a run queue but not running): fields 1 and 2 of a schedstat file."""
+    fields = os.pread(fd, 128, 0).split()
+    return int(fields[0]), int(fields[1])
 
 
 def schedstat_available() -> bool:
@@ -79,9 +89,14 @@ class CpuStamp:
     """The counters read just before or just after a timed interval (outside it)."""
 
     wait_ns: int
-    """Run-queue wait so far, summed over the scope's threads (0 in the fallback)."""
+    """The calling thread's run-queue wait so far (0 in the fallback)."""
     cpu_ns: int
     """CPU time so far of the scope (the thread, or all threads of the process)."""
+    others: tuple[tuple[int, int], ...] = ()
+    """Process scope: (ns on the CPU, run-queue wait ns) of each other thread, in a fixed order."""
+    start_ns: Optional[int] = None
+    """perf_counter_ns when the read began, and when it ended: a wait while reading is not the call's."""
+    end_ns: Optional[int] = None
 
 
 @dataclass
@@ -143,6 +158,7 @@ class ContentionProbe:
 
     def __init__(self, scope: Scope, *, prefer_schedstat: bool = True):
         self.scope: Scope = scope
+        self._caller: Optional[int] = None
         self._fds: list[int] = []
         use = prefer_schedstat and schedstat_available()
         self.signal: Signal = "schedstat_run_delay" if use else (
@@ -151,36 +167,51 @@ class ContentionProbe:
 
     def __enter__(self) -> ContentionProbe:
         if self.signal == "schedstat_run_delay":
-            paths = [_SCHEDSTAT] if self.scope == "thread" else [
-                f"/proc/self/task/{tid}/schedstat" for tid in os.listdir("/proc/self/task")]
-            for path in paths:
+            self._caller = os.open(_SCHEDSTAT, os.O_RDONLY)
+            me = str(threading.get_native_id())
+            for tid in os.listdir("/proc/self/task") if self.scope == "process" else ():
+                if tid == me:
+                    continue
                 try:
-                    self._fds.append(os.open(path, os.O_RDONLY))
+                    self._fds.append(os.open(f"/proc/self/task/{tid}/schedstat", os.O_RDONLY))
                 except OSError:               # a thread that ended between the listing and the open
                     continue
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for fd in self._fds:
+        for fd in [*self._fds, *([self._caller] if self._caller is not None else [])]:
             os.close(fd)
-        self._fds = []
+        self._fds, self._caller = [], None
 
     def count(self) -> ContentionCount:
         return ContentionCount(signal=self.signal, scope=self.scope)
 
     def read(self) -> CpuStamp:
-        wait = 0
+        start = time.perf_counter_ns()
+        if self._caller is None:
+            return CpuStamp(wait_ns=0, cpu_ns=self._cpu())
+        others = []
         for fd in self._fds:
             try:
-                wait += _run_delay_ns(fd)
-            except (OSError, ValueError, IndexError):   # the thread ended: its waits are over
-                continue
-        return CpuStamp(wait_ns=wait, cpu_ns=self._cpu())
+                others.append(_schedstat(fd))
+            except (OSError, ValueError, IndexError):   # the thread ended: it no longer works on calls
+                others.append((0, 0))
+        wait = _schedstat(self._caller)[1]
+        return CpuStamp(wait_ns=wait, cpu_ns=self._cpu(), others=tuple(others), start_ns=start,
+                        end_ns=time.perf_counter_ns())
 
     def judge(self, wall_ns: int, before: CpuStamp, after: CpuStamp) -> tuple[bool, int]:
         """(contended, ns lost to the scheduler) for an interval of `wall_ns` between two reads."""
         if self.signal == "schedstat_run_delay":
-            wait = after.wait_ns - before.wait_ns
+            # the caller's wait while the stamps were read is outside the timed interval: what is
+            # left after taking that time off is a lower bound of its wait inside the call
+            reading = 0
+            if after.end_ns is not None and before.start_ns is not None:
+                reading = after.end_ns - before.start_ns - wall_ns
+            wait = max(0, after.wait_ns - before.wait_ns - max(0, reading))
+            for (cpu0, wait0), (cpu1, wait1) in zip(before.others, after.others, strict=True):
+                if cpu1 - cpu0 >= _WORKER_CPU_FRACTION * wall_ns:     # it worked on the call
+                    wait += max(0, min(wait1 - wait0, wall_ns))
             return wait > CONTENDED_WAIT_FRACTION * wall_ns, wait
         lost = wall_ns - (after.cpu_ns - before.cpu_ns)
         return lost > max(_FALLBACK_SLACK_NS, CONTENDED_WAIT_FRACTION * wall_ns), lost
