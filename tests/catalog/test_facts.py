@@ -96,6 +96,9 @@ FACTS: dict[str, tuple[Schemes, Optional[dict[str, Any]]]] = {
     "moonshotai/Kimi-K2.6": (_KIMI_INT4, _moe("bf16", "bf16", "sigmoid", "grouped_topk", True, True, 2.827)),
     "MiniMaxAI/MiniMax-M3-MXFP8": ({"mxfp8": ("mxfp8", {"router": "fp32", "lm_head": "bf16"})},
                                    _moe("fp32", "fp32", "sigmoid", "topk", True, True, 2.0, "swigluoai", 7.0)),
+    "nvidia/MiniMax-M3-NVFP4": ({"nvfp4_experts_mxfp8": ("mxfp8", {"experts": "nvfp4", "router": "fp32",
+                                                                 "lm_head": "bf16"})},
+                                _moe("fp32", "fp32", "sigmoid", "topk", True, True, 2.0, "swigluoai", 7.0)),
     "deepseek-ai/DeepSeek-V4.1-Flash": ({"fp8_block32_ue8m0_fp4_experts": ("fp8_block32_ue8m0", {
         "experts": "w4a16_mxfp4", "router": "bf16", "lm_head": "bf16"})},
         _moe("bf16", "fp32", "sqrtsoftplus", "topk", True, True, 1.5, limit=10.0)),

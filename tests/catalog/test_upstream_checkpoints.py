@@ -17,7 +17,8 @@ from operatorx.spec.gemm import GemmArgs
 from operatorx.spec.moe import MoeArgs
 
 ADDED = ("Qwen/Qwen3.5-397B-A17B-FP8", "zai-org/GLM-5.1-FP8", "zai-org/GLM-5.2-FP8", "moonshotai/Kimi-K2.5",
-         "moonshotai/Kimi-K2.6", "MiniMaxAI/MiniMax-M3-MXFP8", "deepseek-ai/DeepSeek-V4.1-Flash")
+         "moonshotai/Kimi-K2.6", "MiniMaxAI/MiniMax-M3-MXFP8", "nvidia/MiniMax-M3-NVFP4",
+         "deepseek-ai/DeepSeek-V4.1-Flash")
 
 
 def _gemms(model: str, tp: int) -> dict[str, GemmArgs]:
@@ -91,6 +92,13 @@ def test_minimax_m3_runs_uninterleaved_swigluoai_with_an_fp32_router_and_a_share
     # 64/4 query heads and 4/4 KV heads of 128: 16*128 + 2*1*128
     assert (g["self_attn.qkv_proj"].n, g["self_attn.qkv_proj"].k) == (2304, 6144)
     assert (g["mlp.gate"].a.dtype, g["mlp.gate"].out) == ("fp32", "fp32")
+
+
+def test_minimax_m3_nvfp4_changes_only_the_routed_experts():
+    mx, nv = _moe("MiniMaxAI/MiniMax-M3-MXFP8", 4), _moe("nvidia/MiniMax-M3-NVFP4", 4)
+    assert (nv.experts.w1.dtype, nv.experts.a1.dtype) == ("e2m1", "e2m1")
+    assert nv.experts.w1.scale is not None and nv.experts.w1.scale.group == [1, 16] and nv.experts.w1.scale2
+    assert nv.shared == mx.shared and nv.router == mx.router and nv.activation == mx.activation
 
 
 def test_deepseek_v41_flash_produces_only_what_it_shares_with_v4():
