@@ -86,6 +86,12 @@ def test_shipped_fp32_gate_checkpoints_now_plan_and_v4_names_its_scheme() -> Non
     assert isinstance(minimax, qm.Plan) and minimax.scheme == "fp8_block"
     v4 = [v for s, v in by_source.items() if s.startswith("deepseek-ai/DeepSeek-V4")]
     assert v4 and all(isinstance(v, str) and "MXFP4 W4A16" in v and "activation" not in v for v in v4), v4
+    # checkpoints the catalog may carry: bf16 block scales plan; MXFP8 + swigluoai names MXFP8
+    for src, plan in by_source.items():
+        if "Qwen3.5-397B-A17B-FP8/" in src:
+            assert isinstance(plan, qm.Plan) and plan.weight_scale_dtype == "bf16", (src, plan)
+        if "MiniMax-M3-MXFP8/" in src:
+            assert isinstance(plan, str) and plan.startswith("experts: MXFP8") and "swiglu" not in plan, plan
 
 
 # --- 2. bf16 block weight scales ------------------------------------------------------------------------
