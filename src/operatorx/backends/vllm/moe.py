@@ -100,6 +100,9 @@ def _prepared(args: MoeArgs, plan: quant_map.Plan, built: Any, stack: ExitStack)
         text = (f"fp32 MoE block of the dequantized checkpoint weights on the routing vLLM used "
                 f"(output rel error {err:.3g}, {flavor} activation scales; router weights vs fp32 scores "
                 f"{router_err:.3g}, bound {ROUTER_BOUND:g}, scaled into the reported error){hash_note}")
+        act = b.metadata["wiring"].get("activation") or {}
+        if act.get("activation", "silu") != "silu" or "swiglu_limit" in act:
+            text += "; activation " + ", ".join(f"{k}={v}" for k, v in act.items()) + " computed in the reference"
         if b.graph is not None:
             text += "; output of the CUDA-graph replay"
         return Check(worst, bound, rows, text)
