@@ -67,6 +67,12 @@ def test_bf16_gates_keep_their_runner_held_wiring() -> None:
     assert (qwen.style, qwen.gate_cls, qwen.external) == ("qwen2_moe", "ReplicatedLinear", False)
 
 
+def test_softmax_bf16_gate_with_fp32_logits_is_refused_by_name() -> None:
+    args = _with(moe_case("bf16", style="qwen"), router__gate={"dtype": "bf16", "logits": "fp32"})
+    why = qm.moe_plan(args)
+    assert isinstance(why, str) and "ReplicatedLinear gate that returns bf16 logits" in why
+
+
 def test_fp32_gate_with_bf16_logits_is_refused_by_name() -> None:
     args = _with(moe_case("bf16", style="glm"), router__gate={"dtype": "fp32", "logits": "bf16"})
     why = qm.moe_plan(args)

@@ -353,6 +353,9 @@ def gate_wiring(args: MoeArgs) -> Union[GateWiring, str]:
         return GateWiring("minimax_m2", "GateLinear", True, True, False, True)
     if r.scoring == "sigmoid":
         return GateWiring("deepseek_v2", "GateLinear", False, logits == "fp32", False, False)
+    if logits == "fp32":
+        return ("a bf16 gate with fp32 logits and softmax scoring: vLLM's softmax blocks (Qwen2Moe/Qwen3Next/Mixtral) "
+                "use a ReplicatedLinear gate that returns bf16 logits")
     return GateWiring("qwen2_moe", "ReplicatedLinear", False, False, False, False)
 
 
@@ -375,8 +378,8 @@ def _moe_refusal(args: MoeArgs) -> Optional[str]:
         return ("expert biases: vLLM 0.26 has FusedMoE(has_bias=True) (w13_bias/w2_bias, gpt-oss); this backend "
                 "does not load them yet")
     if r.weight_on_input:
-        return ("router weight on the input: vLLM 0.26 has FusedMoE(apply_router_weight_on_input=True) (Llama-4, "
-                "top_k 1 only); not wired in this backend")
+        return ("router weight on the input: vLLM 0.26 has FusedMoE(apply_router_weight_on_input=True) (Llama4MoE); "
+                "not wired in this backend")
     hashed = isinstance(r.select, HashSelect)
     if hashed and r.scoring != "sqrtsoftplus":
         return (f"hash routing with {r.scoring} scoring: on CUDA vLLM 0.26 reads the hash table only in "
