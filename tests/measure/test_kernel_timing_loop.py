@@ -89,3 +89,13 @@ def test_noisy_calls_ask_for_a_bigger_next_batch_and_stop_at_the_time_cap(script
     seen.clear()
     m = _timer(max_time_s=0.05, max_samples=300).measure(lambda: None)
     assert seen[1] > 32 and m.stop_reason in ("time_cap", "max_samples")
+
+
+def test_a_long_call_starts_with_min_samples_and_no_batch_overruns_the_cap():
+    s = TimingSettings(min_samples=10, batch_size=32, max_time_s=1.0)
+    assert kt._first_batch(s, call_s=20e-6) == 32              # µs calls: the whole batch
+    assert kt._first_batch(s, call_s=0.017) == 10              # a 17 ms GEMM: min_samples, not 32
+    noisy = [10.0, 11.0, 12.0, 10.5, 13.0, 9.0, 10.0, 12.5, 11.5, 10.2]
+    assert kt._next_batch(noisy, s, 10, call_s=0.017, left_s=0.5) == 29      # 0.5 s left / 17 ms
+    assert kt._next_batch(noisy, s, 10, call_s=0.017, left_s=0.001) == 1     # never zero
+    assert kt._next_batch(noisy, s, 10, call_s=20e-6, left_s=0.5) == 512     # noise asks for many: the cap

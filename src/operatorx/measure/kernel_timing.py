@@ -31,6 +31,7 @@ _SPIN_MARGIN = 1.2          # spin this many times the host's enqueue time of a 
                             # detected and dropped, so the margin only needs to cover the usual case)
 _PAUSE_SPIN_S = 200e-6      # extra head start per call in pause mode (throttle retries)
 _MAX_BATCH = 512
+_FIRST_BATCH_S = 0.05       # the first batch's calls take about this long at most (but >= min_samples)
 _ALL_STARVED_BATCHES = 3    # this many batches with every call starved: the op waits on the host itself
 _EMPTY_BATCHES = 3          # this many batches in a row with no device work recorded: nothing to time
 _MAX_SPIN_S = 0.25
@@ -97,18 +98,30 @@ def _warm_profiler() -> None:
         _profiler_ready = True
 
 
-def _next_batch(samples_us: list[float], s: TimingSettings, n: int) -> int:
+def _first_batch(s: TimingSettings, call_s: float) -> int:
+    """Calls in the first batch: `batch_size`, or fewer for a long call (at least `min_samples`),
+    so a 20 ms prefill GEMM does not spend 0.6 s on samples it may not need. `call_s` is the
+    warmup's synchronized seconds per call (an upper bound on the device time)."""
+    if call_s <= 0:
+        return s.batch_size
+    return max(1, min(s.batch_size, max(s.min_samples, int(_FIRST_BATCH_S / call_s))))
+
+
+def _next_batch(samples_us: list[float], s: TimingSettings, n: int, call_s: float, left_s: float) -> int:
     """Calls in the next batch: as many as the noise so far says the target needs (noise falls like
-    1/sqrt(n)), at least `batch_size`, at most 512; each batch costs a profiler session."""
+    1/sqrt(n)), at least `batch_size`, at most 512, and no more than fit in the time left before
+    the cap (`call_s`: the last batch's wall seconds per call) — a batch is never cut short, so an
+    oversized one would overrun the cap by its whole length."""
     from operatorx.measure.stats import median_noise
 
+    fits = max(1, int(left_s / call_s)) if call_s > 0 else _MAX_BATCH
     if len(samples_us) < 2 or s.noise_target <= 0:
-        return s.batch_size
+        return min(s.batch_size, fits)
     noise = median_noise(samples_us)
     if not noise < float("inf"):
-        return s.batch_size
+        return min(s.batch_size, fits)
     needed = len(samples_us) * (noise / s.noise_target) ** 2 - len(samples_us)
-    return int(min(_MAX_BATCH, max(s.batch_size, 1.2 * needed)))
+    return int(min(_MAX_BATCH, fits, max(s.batch_size, 1.2 * needed)))
 
 
 class KernelTiming:
@@ -141,7 +154,7 @@ class KernelTiming:
         wall0 = time.perf_counter()
         reason = None
         batch = None
-        n = s.batch_size
+        n = _first_batch(s, warm_s / calls if calls else 0.0)
         all_starved_streak = 0
         empty_batches = 0
         starved_kept = 0
@@ -150,7 +163,9 @@ class KernelTiming:
             n = max(1, min(n, s.max_samples - len(samples_us)))
             spin = self._cycles(_SPIN_MARGIN * enqueue_s * n) if s.spin and pause_s == 0 else 0
             pause_spin = self._cycles(2 * enqueue_s + _PAUSE_SPIN_S) if s.spin else 0
+            t_batch = time.perf_counter()
             batch = trace_batch(call, n, flush, spin, pause_s=pause_s, pause_spin_cycles=pause_spin)
+            batch_call_s = (time.perf_counter() - t_batch) / n
             batches += 1
             unattributed += batch.unattributed
             with_work = [c for c in batch.calls if c.activities]
@@ -177,7 +192,9 @@ class KernelTiming:
                                     "batches in a row (a host-only op?)")
             wall_s = time.perf_counter() - wall0
             reason = stop_reason(samples_us, wall_s, s)
-            n = _next_batch(samples_us, s, n)
+            cap_s = min(s.max_time_s, s.timeout_s) if len(samples_us) >= s.min_samples else s.timeout_s
+            left_s = cap_s - wall_s
+            n = _next_batch(samples_us, s, n, batch_call_s, left_s)
             if not samples_us and wall_s >= s.timeout_s:
                 raise NotMeasurable(f"every call was starved by the host for {s.timeout_s:g} s "
                                     f"({starved} calls): the op cannot be fed fast enough to time its device work")

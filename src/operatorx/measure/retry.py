@@ -2,7 +2,8 @@
 
 A power or thermal cap lowers the SM clock for a while; a number taken then describes the
 cap. So: measure with a telemetry sampler running; if the attempt was capped, measure again
-with a pause between calls (2, 4, 8 ms by default) that lets power and temperature fall,
+with a pause between calls (2, 4, 8 ms by default, or 1, 2, 4 times the call when longer) that lets
+power and temperature fall,
 up to `throttle_retries` times; keep the fastest uncapped attempt (else the fastest, flagged).
 """
 
@@ -39,7 +40,7 @@ def measure_with_retries(timer: _Timer, fn: Callable[[], Any], telemetry: Teleme
     tried: list[tuple[Measurement, dict[str, Any], float]] = []
     failed: list[dict[str, Any]] = []
     for attempt in range(1 + settings.throttle_retries):
-        pause_s = settings.pause_s(attempt)
+        pause_s = settings.pause_s(attempt, tried[0][0].latency_us * 1e-6 if tried else 0.0)
         try:
             with TelemetrySampler(telemetry, settings.telemetry_period_s, settings.capped_clock_fraction) as sampler:
                 m = timer.measure(fn, pause_s=pause_s)

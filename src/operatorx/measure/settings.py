@@ -46,7 +46,8 @@ class TimingSettings:
     throttle_retries: int = 3
     """Measure again when the GPU was capped (power/thermal reason and SM clock under the fraction)."""
     throttle_pause_s: float = 0.002
-    """Retry k pauses 2^(k-1) times this between its calls, so the GPU can leave the cap."""
+    """Retry k pauses 2^(k-1) times this (or the call's own latency, when longer) between its calls,
+    so the GPU can leave the cap."""
     capped_clock_fraction: float = 0.985
     """An attempt is capped when a power/thermal reason is active and the SM clock is below this
     fraction of its maximum."""
@@ -71,9 +72,12 @@ class TimingSettings:
         if not 0 < self.capped_clock_fraction <= 1:
             raise ValueError("timing.capped_clock_fraction must be in (0, 1]")
 
-    def pause_s(self, attempt: int) -> float:
-        """Pause between calls for attempt 0 (none), 1, 2, 3... (2, 4, 8 ms by default)."""
-        return 0.0 if attempt == 0 else self.throttle_pause_s * 2 ** (attempt - 1)
+    def pause_s(self, attempt: int, call_s: float = 0.0) -> float:
+        """Pause between calls for attempt 0 (none), 1, 2, 3...: 2, 4, 8 ms by default, or 1, 2, 4
+        times the call itself when that is longer. The GPU's average power follows the duty cycle,
+        so a 2 ms rest after a 17 ms GEMM that holds the power cap by itself changes nothing (seen
+        on the H200: three retries, all capped, 10 s each)."""
+        return 0.0 if attempt == 0 else max(self.throttle_pause_s, call_s) * 2 ** (attempt - 1)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
