@@ -63,7 +63,7 @@ def test_bf16_gates_keep_their_runner_held_wiring() -> None:
     deepseek = qm.gate_wiring(_args(moe_case("bf16", style="deepseek")))
     qwen = qm.gate_wiring(_args(moe_case("bf16", style="qwen")))
     assert isinstance(deepseek, qm.GateWiring) and isinstance(qwen, qm.GateWiring)
-    assert (deepseek.style, deepseek.external) == ("deepseek_v2", False)
+    assert (deepseek.style, deepseek.external, deepseek.routed_scale_on_output) == ("deepseek_v2", False, True)
     assert (qwen.style, qwen.gate_cls, qwen.external) == ("qwen2_moe", "ReplicatedLinear", False)
 
 

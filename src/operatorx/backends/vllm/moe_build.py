@@ -2,8 +2,12 @@
 
 Wired as vLLM 0.26's model blocks wire it (quant_map.gate_wiring picks the block):
 - DeepSeek-V3 style (bf16 gate, sigmoid scoring): `GateLinear` gate handed to `FusedMoE` (the
-  runner applies it) + fp32 `e_score_correction_bias`, grouped_topk, routed scaling in the top-k
-  weights, shared expert = DeepseekV2MLP;
+  runner applies it) + fp32 `e_score_correction_bias`, grouped_topk, routed scaling on the routed
+  output (DeepseekV2DecoderLayer passes apply_routed_scale_to_output=True on CUDA), shared
+  expert = DeepseekV2MLP;
+- DeepSeek-V4 style (sqrtsoftplus): bf16 `GateLinear` with fp32 logits handed to `FusedMoE`,
+  correction bias or a `tid2eid` hash table (`FusedMoE(hash_indices_table=)`, routed by the token
+  ids given to `forward(input_ids=)`), routed scaling in the top-k weights;
 - Qwen style (bf16 gate, softmax): `ReplicatedLinear` gate handed to `FusedMoE`, top-k, shared
   expert = Qwen2MoeMLP / Qwen3NextMLP whose output is scaled by sigmoid(shared_expert_gate(x))
   when the case has a shared gate (the gate lives in the MLP, as on CUDA: the runner's own

@@ -352,7 +352,8 @@ def gate_wiring(args: MoeArgs) -> Union[GateWiring, str]:
         # MiniMaxM2MoE: GateLinear(params_dtype=fp32, out_dtype=fp32) on the bf16 hidden states
         return GateWiring("minimax_m2", "GateLinear", True, True, False, True)
     if r.scoring == "sigmoid":
-        return GateWiring("deepseek_v2", "GateLinear", False, logits == "fp32", False, False)
+        # DeepseekV2DecoderLayer builds DeepseekV2MoE(apply_routed_scale_to_output=not aiter): True on CUDA
+        return GateWiring("deepseek_v2", "GateLinear", False, logits == "fp32", True, False)
     if logits == "fp32":
         return ("a bf16 gate with fp32 logits and softmax scoring: vLLM's softmax blocks (Qwen2Moe/Qwen3Next/Mixtral) "
                 "use a ReplicatedLinear gate that returns bf16 logits")
