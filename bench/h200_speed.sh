@@ -3,6 +3,7 @@
 # (pydantic, SQLAlchemy, alembic, cupti-python; ../shared/device/README.md):
 #   check  cupti-python starts; per-batch cost of each activity source; the measure/run gpu tests
 #   sweep  the first $LIMIT (1000) cases of gemm on GPU 0, end to end, and where the time went
+#   profile  cProfile of a worker's loop over the first $LIMIT (400) gemm cases up to $SKIP_GFLOP GFLOP
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 if [ ! -f /tmp/site/.operatorx-base ]; then
@@ -20,4 +21,7 @@ case "${1:-check}" in
     timeout 500 python3 bench/sweep_scaling.py --testlist gemm --limit "${LIMIT:-1000}" --gpus 0 \
       --db /tmp/speed.db --json "$OUT/speed.json" 2>&1 | tail -30
     cp /tmp/speed.db "$OUT/speed.db" 2>/dev/null ;;
+  profile)
+    timeout 300 python3 bench/profile_run.py gemm "${LIMIT:-400}" "${SKIP_GFLOP:-500}" > "$OUT/profile.txt" 2>&1
+    head -75 "$OUT/profile.txt" | cut -c1-150 ;;
 esac
