@@ -45,6 +45,10 @@ _DEEPSEEK_V3_ROUTER = _moe("bf16", "bf16", "sigmoid", "grouped_topk", True, True
 _GLM4 = _moe("fp32", "fp32", "sigmoid", "grouped_topk", True, True, 2.5)
 _QWEN3 = _moe("bf16", "bf16", "softmax", "topk", False, True, 1.0)
 _MINIMAX_ROUTER = _moe("fp32", "fp32", "sigmoid", "topk", True, True, 1.0)
+_GLM5 = _moe("bf16", "fp32", "sigmoid", "grouped_topk", True, True, 2.5)
+_GLM5_NVFP4: Schemes = {"nvfp4_experts": ("nvfp4", {"shared_experts": "bf16", "router": "bf16"})}
+_KIMI = _moe("bf16", "bf16", "sigmoid", "grouped_topk", True, True, 2.827)
+_MINIMAX_M3 = _moe("fp32", "fp32", "sigmoid", "topk", True, True, 2.0, "swigluoai", 7.0)
 _GPT_OSS_ROUTER = _moe("bf16", "bf16", "softmax", "topk", False, True, 1.0, "swigluoai", 7.0, expert_bias=True)
 
 FACTS: dict[str, tuple[Schemes, Optional[dict[str, Any]]]] = {
@@ -99,6 +103,26 @@ FACTS: dict[str, tuple[Schemes, Optional[dict[str, Any]]]] = {
     "nvidia/MiniMax-M3-NVFP4": ({"nvfp4_experts_mxfp8": ("mxfp8", {"experts": "nvfp4", "router": "fp32",
                                                                  "lm_head": "bf16"})},
                                 _moe("fp32", "fp32", "sigmoid", "topk", True, True, 2.0, "swigluoai", 7.0)),
+    # MoE-only variants (their other role groups are declared not_produced; upstream moe_small is the source)
+    "nvidia/Qwen3.5-397B-A17B-NVFP4": ({"nvfp4_experts": ("nvfp4", {"shared_experts": "bf16", "router": "bf16"})},
+                                       {**_QWEN3, "shared_gate": "sigmoid"}),
+    "amd/Qwen3.5-397B-A17B-MXFP4": ({"mxfp4_experts": ("mxfp4", {"shared_experts": "bf16", "router": "bf16"})},
+                                    {**_QWEN3, "shared_gate": "sigmoid"}),
+    "Qwen/Qwen3.8-Flash-Next-FP8": ({"fp8_block_bf16scale_experts": ("fp8_block_bf16scale", {
+        "shared_experts": "bf16", "router": "bf16"})}, {**_QWEN3, "shared_gate": "sigmoid"}),
+    "RadixArk/Qwen3.8-Flash-Next-NVFP4": ({"nvfp4_experts": ("nvfp4", {"shared_experts": "bf16", "router": "bf16"})},
+                                          {**_QWEN3, "shared_gate": "sigmoid"}),
+    "nvidia/GLM-5.1-NVFP4": (_GLM5_NVFP4, _GLM5),
+    "nvidia/GLM-5.2-NVFP4": (_GLM5_NVFP4, _GLM5),
+    "amd/GLM-5.1-MXFP4": ({"mxfp4_experts": ("mxfp4", {"router": "bf16"})}, _GLM5),
+    "amd/GLM-5.2-MXFP4": ({"mxfp4_experts": ("mxfp4", {"router": "bf16"})}, _GLM5),
+    "zai-org/GLM-5.3": ({"fp8_block": ("fp8_block", {"router": "bf16"})}, _GLM5),
+    "nvidia/Kimi-K2.5-NVFP4": ({"nvfp4_experts": ("nvfp4", {"router": "bf16"})}, _KIMI),
+    "nvidia/Kimi-K2.6-NVFP4": ({"nvfp4_experts": ("nvfp4", {"router": "bf16"})}, _KIMI),
+    "amd/Kimi-K2.5-MXFP4": ({"mxfp4_experts": ("mxfp4", {"router": "bf16"})}, _KIMI),
+    "amd/MiniMax-M3-MXFP4": ({"mxfp4_experts": ("mxfp4", {"router": "fp32"})}, _MINIMAX_M3),
+    "nvidia/MiniMax-M2.5-NVFP4": ({"nvfp4_experts": ("nvfp4", {"router": "fp32"})}, _MINIMAX_ROUTER),
+    "amd/MiniMax-M2.5-MXFP4": ({"mxfp4_experts": ("mxfp4", {"router": "fp32"})}, _MINIMAX_ROUTER),
     "deepseek-ai/DeepSeek-V4.1-Flash": ({"fp8_block32_ue8m0_fp4_experts": ("fp8_block32_ue8m0", {
         "experts": "w4a16_mxfp4", "router": "bf16", "lm_head": "bf16"})},
         _moe("bf16", "fp32", "sqrtsoftplus", "topk", True, True, 1.5, limit=10.0)),

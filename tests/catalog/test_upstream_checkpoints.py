@@ -18,7 +18,12 @@ from operatorx.spec.moe import MoeArgs
 
 ADDED = ("Qwen/Qwen3.5-397B-A17B-FP8", "zai-org/GLM-5.1-FP8", "zai-org/GLM-5.2-FP8", "moonshotai/Kimi-K2.5",
          "moonshotai/Kimi-K2.6", "MiniMaxAI/MiniMax-M3-MXFP8", "nvidia/MiniMax-M3-NVFP4",
-         "deepseek-ai/DeepSeek-V4.1-Flash")
+         "deepseek-ai/DeepSeek-V4.1-Flash",
+         # MoE-only variants: the layer as the upstream list has it, the other role groups not_produced
+         "nvidia/Qwen3.5-397B-A17B-NVFP4", "amd/Qwen3.5-397B-A17B-MXFP4", "Qwen/Qwen3.8-Flash-Next-FP8",
+         "RadixArk/Qwen3.8-Flash-Next-NVFP4", "nvidia/GLM-5.1-NVFP4", "nvidia/GLM-5.2-NVFP4", "amd/GLM-5.1-MXFP4",
+         "amd/GLM-5.2-MXFP4", "zai-org/GLM-5.3", "nvidia/Kimi-K2.5-NVFP4", "nvidia/Kimi-K2.6-NVFP4",
+         "amd/Kimi-K2.5-MXFP4", "amd/MiniMax-M3-MXFP4", "nvidia/MiniMax-M2.5-NVFP4", "amd/MiniMax-M2.5-MXFP4")
 
 
 def _gemms(model: str, tp: int) -> dict[str, GemmArgs]:
@@ -116,6 +121,22 @@ def test_deepseek_v41_flash_produces_only_what_it_shares_with_v4():
     assert (moe.experts.num, moe.experts.top_k, moe.experts.inter) == (384, 6, 2304 // 8)
     assert (moe.router.scoring, moe.router.scale, moe.activation.limit) == ("sqrtsoftplus", 1.5, 10.0)
     assert moe.router.select.kind == "topk" and moe.experts.w1.dtype == "e2m1" and moe.experts.a1.dtype == "bf16"
+
+
+def test_moe_only_variants_produce_the_gate_and_shared_expert_and_nothing_else():
+    g = _gemms("nvidia/Qwen3.5-397B-A17B-NVFP4", 4)
+    assert set(g) == {"mlp.gate", "mlp.shared_expert.gate_up_proj", "mlp.shared_expert.down_proj",
+                      "mlp.shared_expert_gate"}
+    assert g["mlp.shared_expert.gate_up_proj"].b.dtype == "bf16" and g["mlp.shared_expert.down_proj"].k == 1024 // 4
+    moe = _moe("Qwen/Qwen3.8-Flash-Next-FP8", 1)
+    assert (moe.hidden, moe.experts.num, moe.experts.top_k, moe.experts.inter) == (2560, 512, 10, 640)
+    assert moe.experts.w1.scale is not None and moe.experts.w1.scale.dtype == "bf16"
+    assert moe.shared is not None
+    assert (moe.shared.inter, moe.shared.w1.dtype, moe.shared.gate) == (640, "bf16", "sigmoid")
+    glm = _moe("nvidia/GLM-5.2-NVFP4", 8)
+    assert glm.experts.w1.dtype == "e2m1" and glm.shared is not None and glm.shared.w1.dtype == "bf16"
+    mx = _moe("amd/GLM-5.2-MXFP4", 8)
+    assert mx.shared is not None and mx.shared.w1.dtype == "e2m1"
 
 
 def test_not_produced_must_name_a_role_group_and_a_reason():

@@ -48,11 +48,13 @@ GEMM_PERF = (
 SWEEP_TOKENS = (8, 64, 512, 2048)
 
 #: moe_small's token sweep, by family, where the family's first data file is not the one to
-#: sweep: quantized variants added later (Kimi-K2.5/K2.6 INT4, GLM-5.1/5.2 FP8) sort before
-#: the checkpoint the family was first swept with, and the list's existing cases stay put.
+#: sweep: quantized variants added later (Kimi-K2.5/K2.6, GLM-5.x, MiniMax-M2.5/M3 MXFP4) sort
+#: before the checkpoint the family was first swept with, and the list's existing cases stay put.
 MOE_SWEEP = {
     "kimi-k2": "moonshotai/Kimi-K2-Instruct",
     "glm-5": "zai-org/GLM-5",
+    "minimax-m2": "MiniMaxAI/MiniMax-M2.5",
+    "minimax-m3": "MiniMaxAI/MiniMax-M3-MXFP8",
 }
 
 #: gemm_fp8's catalog part: (checkpoint id, scheme name, M values); every role the scheme
