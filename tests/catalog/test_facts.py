@@ -123,6 +123,8 @@ FACTS: dict[str, tuple[Schemes, Optional[dict[str, Any]]]] = {
     "amd/MiniMax-M3-MXFP4": ({"mxfp4_experts": ("mxfp4", {"router": "fp32"})}, _MINIMAX_M3),
     "nvidia/MiniMax-M2.5-NVFP4": ({"nvfp4_experts": ("nvfp4", {"router": "fp32"})}, _MINIMAX_ROUTER),
     "amd/MiniMax-M2.5-MXFP4": ({"mxfp4_experts": ("mxfp4", {"router": "fp32"})}, _MINIMAX_ROUTER),
+    "moonshotai/Kimi-K3": ({"mxfp4_experts": ("bf16", {"experts": "w4a16_mxfp4"})},
+                           _moe("bf16", "fp32", "sigmoid", "grouped_topk", True, True, 1.0, "situ")),
     "deepseek-ai/DeepSeek-V4.1-Flash": ({"fp8_block32_ue8m0_fp4_experts": ("fp8_block32_ue8m0", {
         "experts": "w4a16_mxfp4", "router": "bf16", "lm_head": "bf16"})},
         _moe("bf16", "fp32", "sqrtsoftplus", "topk", True, True, 1.5, limit=10.0)),

@@ -18,7 +18,7 @@ from operatorx.spec.moe import MoeArgs
 
 ADDED = ("Qwen/Qwen3.5-397B-A17B-FP8", "zai-org/GLM-5.1-FP8", "zai-org/GLM-5.2-FP8", "moonshotai/Kimi-K2.5",
          "moonshotai/Kimi-K2.6", "MiniMaxAI/MiniMax-M3-MXFP8", "nvidia/MiniMax-M3-NVFP4",
-         "deepseek-ai/DeepSeek-V4.1-Flash",
+         "deepseek-ai/DeepSeek-V4.1-Flash", "moonshotai/Kimi-K3",
          # MoE-only variants: the layer as the upstream list has it, the other role groups not_produced
          "nvidia/Qwen3.5-397B-A17B-NVFP4", "amd/Qwen3.5-397B-A17B-MXFP4", "Qwen/Qwen3.8-Flash-Next-FP8",
          "RadixArk/Qwen3.8-Flash-Next-NVFP4", "nvidia/GLM-5.1-NVFP4", "nvidia/GLM-5.2-NVFP4", "amd/GLM-5.1-MXFP4",
@@ -139,6 +139,26 @@ def test_moe_only_variants_produce_the_gate_and_shared_expert_and_nothing_else()
     assert mx.shared is not None and mx.shared.w1.dtype == "e2m1"
 
 
+def test_kimi_k3_is_a_latent_moe_with_situ_and_two_bf16_shared_experts():
+    moe = _moe("moonshotai/Kimi-K3", 8)
+    e = moe.experts
+    assert (e.num, e.top_k, e.inter, e.latent, e.latent_norm) == (896, 16, 3072 // 8, 3584, True)
+    assert (e.w1.dtype, e.a1.dtype) == ("e2m1", "bf16")
+    act = moe.activation
+    assert (act.kind, act.alpha, act.beta, act.limit) == ("situ", 4.0, 25.0, None)
+    r = moe.router
+    assert (r.gate.dtype, r.gate.logits, r.scoring, r.bias, r.renormalize, r.scale) == \
+        ("bf16", "fp32", "sigmoid", True, True, 1.0)
+    assert r.select.kind == "grouped_topk" and (r.select.groups, r.select.topk_groups) == (1, 1)
+    # num_shared_experts 2 of 3072, split over 8 ranks: one shared block of 2*3072/8
+    assert moe.shared is not None and (moe.shared.inter, moe.shared.w1.dtype) == (2 * 3072 // 8, "bf16")
+    assert "self_attn.kv_b_proj" not in _gemms("moonshotai/Kimi-K3", 8)
+
+
+def test_only_a_latent_config_gets_latent_fields():
+    assert _moe("moonshotai/Kimi-K2.6", 8).experts.latent is None
+
+
 def test_not_produced_must_name_a_role_group_and_a_reason():
     data = json.loads(next(p for p in _checkpoint_files() if p.name == "deepseek-v4.1-flash.json").read_text())
     for bad in ({"compressor": "typo"}, {"hyper_connections": ""}, ["hyper_connections"]):
@@ -186,6 +206,7 @@ def test_moe_small_sweeps_exactly_one_checkpoint_per_family(moe_small):
     assert swept["kimi-k2"] == ["moonshotai/Kimi-K2-Instruct"] and swept["glm-5"] == ["zai-org/GLM-5"]
     assert swept["minimax-m3"] == ["MiniMaxAI/MiniMax-M3-MXFP8"]
     assert swept["deepseek-v4.1"] == ["deepseek-ai/DeepSeek-V4.1-Flash"]
+    assert swept["kimi-k3"] == ["moonshotai/Kimi-K3"] and swept["minimax-m2"] == ["MiniMaxAI/MiniMax-M2.5"]
 
 
 def test_moe_small_routes_the_r1_and_qwen35_fp8_layers_every_way(moe_small):

@@ -21,6 +21,7 @@ _ALIASES: dict[str, tuple[str, ...]] = {
     "num_experts": ("n_routed_experts", "num_experts", "num_local_experts"),
     "top_k": ("num_experts_per_tok", "experts_per_token", "num_experts_per_token"),
     "n_shared_experts": ("n_shared_experts", "num_shared_experts"),
+    "n_group": ("n_group", "num_expert_group"),
 }
 
 #: Facts a model's reference implementation fixes when its config.json does not say them.

@@ -13,6 +13,9 @@ default: the gate's weight and logits dtypes, `bias`, `renormalize`, `scale`,
 the experts' `bias`. A fact neither config.json nor the implementation table states is a
 MissingField, not a guess.
 
+Latent MoE (Kimi-K3, `routed_expert_hidden_size`): the case carries `experts.latent` and
+`experts.latent_norm`; the shared experts still run at `hidden`.
+
 MXFP4 experts (gpt-oss): vLLM 0.26 rounds the per-rank intermediate size up to its MXFP4
 backend's alignment when it builds the layer (`mxfp4_round_up_hidden_size_and_intermediate_size`
 in fused_moe/oracle/mxfp4.py: 64 for the OAI-Triton backend an H200 without FlashInfer
@@ -82,6 +85,16 @@ def _activation(arch: Arch) -> dict[str, Any]:
     return out
 
 
+def _latent(arch: Arch) -> dict[str, Any]:
+    """Latent MoE (Kimi-K3): the routed experts run at `routed_expert_hidden_size`, projected down
+    from `hidden` before them and up after, with an RMS norm on the latent input when
+    `latent_moe_use_norm` says so. Empty for every other model (the experts run at `hidden`)."""
+    if arch.opt("routed_expert_hidden_size") is None:
+        return {}
+    width = arch.int("routed_expert_hidden_size", "the latent MoE width")
+    return {"latent": width, "latent_norm": bool(arch.get("latent_moe_use_norm", "the latent MoE input norm"))}
+
+
 def round_up(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
 
@@ -111,6 +124,7 @@ def moe_args(arch: Arch, experts: Scheme, shared: Scheme, tp: int, tokens: int,
             "inter": run_inter,
             "a1": experts.a, "w1": experts.b, "w2": experts.b, "a2": experts.a,
             "bias": arch.config.get("model_type") == "gpt_oss",
+            **_latent(arch),
         },
         "router": _router(arch, hash_routed),
         "activation": _activation(arch),
