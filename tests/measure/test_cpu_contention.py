@@ -215,12 +215,15 @@ def test_cpu_clock_all_contended_keeps_the_number_and_flags_it(prefer_schedstat:
 # --- host time of a Python call (HostTiming, `run --host`) -------------------------------------
 
 @linux_only
-def test_host_time_control_flags_nothing() -> None:
+def test_host_time_control_flags_nothing(judged: list[tuple[int, bool]]) -> None:
     with one_cpu(0):
         m = HostTiming(HostTimeSettings(batches=11, batch_calls=20)).measure(cpu_work(20))
     d = m.details
-    assert d["cpu_contended"] is False and d["contended_batches_kept"] == 0
-    assert d["contended_batches_dropped"] <= 2 and len(m.samples_us) == 11
+    assert d["cpu_contended"] is False and d["contended_batches_kept"] == 0 and "cpu_contended_why" not in d
+    timed = judged[2:]                           # after the 3-call probe and the warmup batch
+    assert len(timed) == 11 + d["preempt_retries"] and d["contended_batches_dropped"] == sum(c for _, c in timed)
+    no_false_flags(timed, 20 * 20)               # a flagged batch (a busy CI machine) really lost time
+    assert len(m.samples_us) == 11 - d["rounds_dropped"] >= 8
     assert 20 <= m.summary["median"] < 23
 
 
