@@ -10,9 +10,11 @@ so each sample is judged on its own, the way a starved GPU call is:
   thread spent on a run queue waiting for a CPU, in ns (`sched_info.run_delay`). That is exactly
   "runnable but not running". A sample is contended when its run-queue wait exceeds
   `CONTENDED_WAIT_FRACTION` of its wall time. Time spent blocked (sleeping, waiting on a GPU
-  synchronize, a lock, I/O) is not run-queue wait, so a call that legitimately waits is never
-  called contended. The kernel adds a wait to `run_delay` when the thread gets the CPU back, so a
-  read made by the running thread after the call includes every wait inside it.
+  synchronize, a lock, I/O) is not run-queue wait, so a call that legitimately waits is not
+  called contended for waiting; only the queueing after it wakes, which is contention too, counts.
+  The kernel adds a wait to `run_delay` when the thread gets the CPU back, so a read made by the
+  running thread after the call includes every wait inside it; a wait while the counters
+  themselves were read (outside the timed interval) is taken off (`CpuStamp.start_ns`).
 - **CPU time** (fallback where schedstat is missing): a sample is contended when its wall time
   exceeds the CPU time used in it by more than `CONTENDED_WAIT_FRACTION` of the wall time and
   more than `_FALLBACK_SLACK_NS` (the clock reads themselves cost CPU-time-less wall time). This
@@ -29,6 +31,8 @@ Two scopes, because the two host timers time different things:
   pool waiting for work) that woke up and queued for a moment did not delay the call, and the
   kernel books a wait when it ends, so a helper's wait that began long before the sample would
   otherwise land in it. A worker's wait is capped at the sample's wall time for the same reason.
+  A worker that got no CPU at all during the sample is not seen (its wait is booked later); the
+  caller then waits at the join, blocked, which schedstat does not count.
   The fallback is `time.process_time_ns` (all threads' CPU), which is conservative: k busy
   threads use k × wall of CPU, so only a call whose threads together got less than one CPU's
   worth of the interval is flagged.
