@@ -258,5 +258,6 @@ def test_a_hogged_cpu_reaches_the_row_typed_and_flagged() -> None:
     assert "cpu_contended" in timing.dump() and timing.cpu_contended_why
     row_host = HostTime.model_validate(json_safe(host))
     assert row_host.cpu_contended is True and row_host.contended_batches_kept == 3
+    assert row_host.rounds_dropped == 0 and len(row_host.batch_us_per_call or []) == 3   # none clean: all kept
     assert row_host.cpu_contended_why in (row_host.warnings or [])
     assert row_host.dump()["contention_signal"] == timing.dump()["contention_signal"].replace("process", "thread")

@@ -60,7 +60,8 @@ _DRAIN_FLOOR_US = 100.0
 @dataclass(frozen=True, kw_only=True)
 class HostTimeSettings:
     batches: int = 15
-    """Timed batches per callable; the reported value is the median over them."""
+    """Timed batches per callable (rounds, one batch of each callable); the reported value is the
+    median over them, less the rounds in which a batch lost the CPU (`rounds_dropped`)."""
     batch_calls: int = 200
     """Back-to-back calls per batch (B); host µs per call = batch wall time / B."""
     warmup_batches: int = 1

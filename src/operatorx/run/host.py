@@ -21,8 +21,8 @@ PUBLIC = "public"
 
 
 #: What the host timer says about batches that lost the CPU (measure/cpu_contention.py), per entry.
-_CONTENTION_KEYS = ("contention_signal", "contended_batches_dropped", "contended_batches_kept", "cpu_wait_fraction",
-                    "cpu_contended", "cpu_contended_why")
+_CONTENTION_KEYS = ("contention_signal", "contended_batches_dropped", "contended_batches_kept", "rounds_dropped",
+                    "cpu_wait_fraction", "cpu_contended", "cpu_contended_why")
 
 
 def _entry(m: Measurement) -> dict[str, Any]:
