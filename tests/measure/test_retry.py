@@ -76,3 +76,16 @@ def test_a_retry_that_fails_keeps_the_attempts_before_it_and_records_the_failure
 def test_a_first_attempt_that_fails_is_the_case_failure(monkeypatch):
     with pytest.raises(NotMeasurable):
         _run(monkeypatch, [None], [False])
+
+
+def test_two_paused_attempts_that_agree_end_the_retries_and_the_kept_one_stays_flagged(monkeypatch):
+    """A GEMM that holds the power cap by itself: more rest moved it 0.0-0.4% on the H200."""
+    done, timer = _run(monkeypatch, [21_776.0, 19_350.0, 19_300.0, 19_227.0], [True] * 4)
+    assert len(done.attempts) == 3 and timer.pauses == [0.0, 0.021776, 0.043552]   # paused as long as the call
+    assert done.measurement.latency_us == 19_300.0 and done.telemetry["capped"]
+    assert [a["converged"] for a in done.attempts] == [False, False, True]
+
+
+def test_paused_attempts_still_moving_go_on_retrying(monkeypatch):
+    done, _ = _run(monkeypatch, [12.0, 11.0, 10.0, 9.5], [True] * 4)
+    assert len(done.attempts) == 4 and not any(a["converged"] for a in done.attempts)

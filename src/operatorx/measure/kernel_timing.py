@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Optional
 
 from operatorx.measure.l2 import L2Flusher
 from operatorx.measure.loop import stop_reason, warmup
@@ -25,18 +25,19 @@ from operatorx.measure.settings import TimingSettings
 from operatorx.measure.stats import summarize
 from operatorx.measure.trace import STARVED_GAP_NS, trace_batch
 
-__all__ = ["KernelTiming", "capture_graph"]
+__all__ = ["KernelTiming", "capture_graph", "warm_activity_session"]
 
 _SPIN_MARGIN = 1.2          # spin this many times the host's enqueue time of a batch (starved calls are
                             # detected and dropped, so the margin only needs to cover the usual case)
 _PAUSE_SPIN_S = 200e-6      # extra head start per call in pause mode (throttle retries)
 _MAX_BATCH = 512
+_MIN_ENQUEUE_S = 5e-6
 _FIRST_BATCH_S = 0.05       # the first batch's calls take about this long at most (but >= min_samples)
 _ALL_STARVED_BATCHES = 3    # this many batches with every call starved: the op waits on the host itself
 _EMPTY_BATCHES = 3          # this many batches in a row with no device work recorded: nothing to time
 _MAX_SPIN_S = 0.25
-_FIRST_ENQUEUE_GUESS_S = 300e-6   # per iteration under the profiler, before a batch has measured it (starved
-                                  # calls of a short first spin are dropped, and the next spin grows)
+_FIRST_ENQUEUE_GUESS_S = 300e-6   # per iteration in pause mode before a batch has measured it (starved calls of
+                                  # a short first spin are dropped, and the next spin grows)
 
 
 def capture_graph(fn: Callable[[], Any]) -> Callable[[], Any]:
@@ -87,7 +88,7 @@ def _recover_from_failed_capture() -> None:
 _profiler_ready = False
 
 
-def _warm_profiler() -> None:
+def warm_activity_session() -> None:
     """The process's first batch starts CUPTI (about a second): do it outside any case's timed
     window, so the per-case time cap is not spent on it."""
     global _profiler_ready
@@ -96,6 +97,24 @@ def _warm_profiler() -> None:
 
         trace_batch(lambda: torch.cuda._sleep(1000), 2, None, 0)
         _profiler_ready = True
+
+
+def _enqueue_estimate(call: Callable[[], Any], flush: Optional[Callable[[], None]]) -> float:
+    """Host seconds to enqueue one [flush, call] iteration, from 3 unsynchronized ones after warmup
+    (with the session's tracing on, as in a batch), plus half again for the range marks. The
+    first batch's spin is sized from it; a fixed guess of 300 µs a call (right for Kineto's
+    CPU tracing) spun the GPU ~11 ms before every case's first batch."""
+    import torch
+
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(3):
+        if flush is not None:
+            flush()
+        call()
+    per_call = (time.perf_counter() - t0) / 3
+    torch.cuda.synchronize()
+    return max(_MIN_ENQUEUE_S, 1.5 * per_call)
 
 
 def _first_batch(s: TimingSettings, call_s: float) -> int:
@@ -139,7 +158,7 @@ class KernelTiming:
         import torch
 
         s = self.settings
-        _warm_profiler()
+        warm_activity_session()
         calls, warm_s = warmup(fn, torch.cuda.synchronize, s)
         call = capture_graph(fn) if self.graph else fn
         if self.graph:
@@ -150,7 +169,8 @@ class KernelTiming:
         busy_us: list[float] = []
         gaps_ns: list[int] = []
         starved = unattributed = batches = spin_short = 0
-        enqueue_s = _FIRST_ENQUEUE_GUESS_S
+        enqueue_s = _enqueue_estimate(call, flush) if s.spin and pause_s == 0 else _FIRST_ENQUEUE_GUESS_S
+        spin_s = batches_s = 0.0
         wall0 = time.perf_counter()
         reason = None
         batch = None
@@ -165,7 +185,9 @@ class KernelTiming:
             pause_spin = self._cycles(2 * enqueue_s + _PAUSE_SPIN_S) if s.spin else 0
             t_batch = time.perf_counter()
             batch = trace_batch(call, n, flush, spin, pause_s=pause_s, pause_spin_cycles=pause_spin)
+            batches_s += time.perf_counter() - t_batch
             batch_call_s = (time.perf_counter() - t_batch) / n
+            spin_s += (spin + (n * pause_spin if pause_s > 0 else 0)) / self.sm_clock_hz
             batches += 1
             unattributed += batch.unattributed
             with_work = [c for c in batch.calls if c.activities]
@@ -212,7 +234,9 @@ class KernelTiming:
                    "busy_samples_us": busy_us,        # per kept call, beside samples_us (the spans)
                    "gap_before_call_us_median": float(np.median(gaps_ns)) / 1e3 if gaps_ns else None,
                    "graph": self.graph, "host_gaps_included": gaps_included,
-                   "starved_calls_kept": starved_kept, "window_start_s": wall0}
+                   "starved_calls_kept": starved_kept, "window_start_s": wall0,
+                   "phase_s": {"warmup": warm_s, "batches": batches_s, "spin_gpu": spin_s,
+                               "loop": time.perf_counter() - wall0}}
         return Measurement(method=self.method, clock="device", samples_us=samples_us, summary=summarize(samples_us),
                            warmup_calls=calls, warmup_s=warm_s, stop_reason=reason, details=details,
                            last_batch=batch)

@@ -83,6 +83,10 @@ class _RunJob:
 
                 use_kineto("--trace: the trace files are Kineto's export")
             timer: Any = device_timer(config.timing, device.l2_bytes, telemetry.max_sm_clock_hz())
+            if config.timing.mode != "events":
+                from operatorx.measure.kernel_timing import warm_activity_session
+
+                warm_activity_session()     # CUPTI's start-up (~1 s) is the worker's, not its first case's
             if config.check_l2:
                 from operatorx.measure.l2_check import check_l2_states
 
