@@ -96,6 +96,24 @@ class TimingInfo(OpenPart):
     enqueue_us_per_call: Optional[float] = doc("host time to enqueue one call under the profiler", "µs")
     busy_us_median: Optional[float] = doc("median time some kernel of the call ran (also `busy_us`)", "µs")
     gap_before_call_us_median: Optional[float] = doc("median idle GPU time before each call", "µs")
+    contention_signal: Optional[str] = doc(
+        "host clock (CPU device): how a sample that lost the CPU is told (measure/cpu_contention.py): "
+        "`schedstat_run_delay` (Linux: time the calling thread, and threads that worked on the call, sat runnable "
+        "on a run queue, not running; blocking is not counted) or `process_cpu_time` (fallback: wall time the "
+        "process's threads together did not use a CPU)")
+    contended_samples_dropped: Optional[int] = doc(
+        "host clock: samples whose run-queue wait exceeded 5% of their wall time (another process had the "
+        "CPU): dropped, like starved GPU calls", "samples")
+    contended_samples_kept: Optional[int] = doc(
+        "host clock: contended samples kept because none was clean; then `cpu_contended` is true and the "
+        "number includes waiting for a CPU", "samples")
+    cpu_wait_fraction: Optional[float] = doc(
+        "host clock: run-queue wait (fallback: time off the CPU) over the wall time of all timed samples, "
+        "dropped ones included; above 1 when several of the call's threads waited at once", "fraction")
+    cpu_contended: Optional[bool] = doc(
+        "host clock: more than half the samples lost the CPU, or the number is from contended samples: a busy "
+        "machine; read `cpu_contended_why` before trusting `latency_us`")
+    cpu_contended_why: Optional[str] = doc("host clock: what `cpu_contended` means for this row's number, in words")
 
 
 class Measured(Part):
@@ -117,8 +135,8 @@ class Measured(Part):
     noise: Optional[float] = doc("relative 95% confidence half-width of the median (distribution-free); null "
                                  "when too few samples to know", "fraction")
     summary_us: Optional[Summary] = doc("statistics of `samples_us`", "µs")
-    samples_us: list[float] = doc("every kept sample (the span of each call); starved calls are dropped and "
-                                  "counted in `timing`", "µs")
+    samples_us: list[float] = doc("every kept sample (the span of each call); starved calls, and on the host clock "
+                                  "calls that lost the CPU, are dropped and counted in `timing`", "µs")
     warmup: Optional[Warmup] = doc("calls and seconds before timing")
     stop_reason: Optional[str] = doc("`noise_target`, `time_cap`, `max_samples`, `timeout` (`batches` for host "
                                      "time)")
@@ -134,9 +152,17 @@ class Measured(Part):
 
 class Peak(Part):
     compute_class: Optional[str] = doc("`bf16`, `fp16`, `fp8`, `fp32`: which compute peak applies")
-    tflops: Optional[float] = doc("compute peak of that class; null when the device has none", "TFLOP/s")
-    memory_gbps: Optional[float] = doc("memory bandwidth peak", "GB/s")
-    source: Optional[str] = doc("where the peaks come from (`vendor datasheet, dense` or a measurement)", "")
+    tflops: Optional[float] = doc("datasheet compute peak of that class; null when the device has none", "TFLOP/s")
+    memory_gbps: Optional[float] = doc("datasheet memory bandwidth peak", "GB/s")
+    measured_tflops: Optional[float] = doc("this GPU's own compute peak of that class: the best of a few large "
+                                           "`torch.matmul` (bf16) or `torch._scaled_mm` (fp8) GEMMs, measured "
+                                           "once per GPU, driver, torch and CUDA version (docs/peaks.md); `pct_peak` "
+                                           "is taken against it where present", "TFLOP/s")
+    measured_memory_gbps: Optional[float] = doc("this GPU's own memory bandwidth: a large device-to-device copy, "
+                                                "bytes read + written / time, measured with `measured_tflops`; "
+                                                "`pct_peak` is taken against it where present", "GB/s")
+    source: Optional[str] = doc("where the peaks `pct_peak` used come from: `vendor datasheet, dense`, or "
+                                "`measured <date> ...` with the datasheet beside", "")
 
 
 class Rates(Part):
@@ -147,24 +173,36 @@ class Rates(Part):
                          "experts its routing hit)", "bytes")
     tflops: Optional[float] = doc("flops / latency_us / 1e6", "TFLOP/s")
     gbps: Optional[float] = doc("min_bytes / latency_us / 1e3", "GB/s")
-    pct_peak: Optional[float] = doc("the larger of tflops / peak.tflops and gbps / peak.memory_gbps, × 100: how "
-                                    "close to its bound the call ran", "%")
+    pct_peak: Optional[float] = doc("the larger of tflops / peak TFLOP/s and gbps / peak GB/s, × 100, against the "
+                                    "GPU's measured peaks where the row has them (`peak.measured_tflops`, "
+                                    "`peak.measured_memory_gbps`), else the datasheet's: how close to its bound the "
+                                    "call ran", "%")
+    pct_datasheet: Optional[float] = doc("`pct_peak` against the datasheet peaks alone; written only where measured "
+                                         "peaks set `pct_peak` (compare it with rows that have none)", "%")
     peak: Optional[Peak] = doc("the peaks `pct_peak` is taken against")
 
 
+def _pct(tflops: float, gbps: float, peak_tflops: Optional[float], peak_gbps: Optional[float]) -> Optional[float]:
+    fractions = [gbps / peak_gbps] if peak_gbps else []
+    if peak_tflops:
+        fractions.append(tflops / peak_tflops)
+    return 100.0 * max(fractions) if fractions else None
+
+
 def compute_rates(flops: int, min_bytes: int, time_us: float, peak: Optional[Peak]) -> Rates:
-    """The one place rates are computed: FLOP/time and bytes/time, `pct_peak` against `peak`."""
+    """The one place rates are computed: FLOP/time and bytes/time, `pct_peak` against `peak` (its
+    measured peaks where it has them, else its datasheet ones; then `pct_datasheet` too)."""
     if not time_us > 0:
         raise ValueError(f"rates need a positive time, got {time_us!r} µs")
     tflops = flops / time_us / 1e6
     gbps = min_bytes / time_us / 1e3
     if peak is None:
         return Rates(flops=flops, min_bytes=min_bytes, tflops=tflops, gbps=gbps)
-    fractions = [gbps / peak.memory_gbps] if peak.memory_gbps else []
-    if peak.tflops:
-        fractions.append(tflops / peak.tflops)
-    pct_peak = 100.0 * max(fractions) if fractions else None
-    return Rates(flops=flops, min_bytes=min_bytes, tflops=tflops, gbps=gbps, pct_peak=pct_peak, peak=peak)
+    pct_peak = _pct(tflops, gbps, peak.measured_tflops or peak.tflops, peak.measured_memory_gbps or peak.memory_gbps)
+    if peak.measured_tflops is None and peak.measured_memory_gbps is None:
+        return Rates(flops=flops, min_bytes=min_bytes, tflops=tflops, gbps=gbps, pct_peak=pct_peak, peak=peak)
+    return Rates(flops=flops, min_bytes=min_bytes, tflops=tflops, gbps=gbps, pct_peak=pct_peak,
+                 pct_datasheet=_pct(tflops, gbps, peak.tflops, peak.memory_gbps), peak=peak)
 
 
 # --- conditions -----------------------------------------------------------------------------------
@@ -244,6 +282,24 @@ class HostTime(OpenPart):
     host_bound: Optional[bool] = doc("host time per call exceeds device time: the GPU waits for Python")
     warnings: Optional[list[str]] = doc("what may inflate the host time (function modes, launch queue, a "
                                         "busy CPU)")
+    contention_signal: Optional[str] = doc(
+        "how a batch that lost the CPU is told (measure/cpu_contention.py): `schedstat_run_delay` (Linux: time "
+        "the calling thread sat runnable on a run queue; waiting on the GPU or a lock is blocking, not counted) "
+        "or `thread_cpu_time` (fallback: wall time the thread did not use a CPU)")
+    contended_batches_dropped: Optional[int] = doc(
+        "batches whose run-queue wait exceeded 5% of their wall time: taken again (`preempt_retries`) or left "
+        "out with their round, so the public call's and layers' batches stay paired", "batches")
+    contended_batches_kept: Optional[int] = doc(
+        "contended batches in the number because no round was clean; then `cpu_contended` is true", "batches")
+    rounds_dropped: Optional[int] = doc(
+        "rounds (one batch of the public call and of each layer) left out because a batch in them lost the CPU: "
+        "`batch_us_per_call` has `batches` minus this many values", "rounds")
+    cpu_wait_fraction: Optional[float] = doc(
+        "run-queue wait (fallback: time off the CPU) over the wall time of every timed batch", "fraction")
+    cpu_contended: Optional[bool] = doc(
+        "more than half the batches lost the CPU, or the number includes contended batches: a busy machine "
+        "(also in `warnings`)")
+    cpu_contended_why: Optional[str] = doc("what `cpu_contended` means for this number, in words")
     layers: Optional[dict[str, Any]] = doc("host time of each deeper entry point of the op")
 
 

@@ -154,6 +154,9 @@ def run_command(
     host_batches: int = typer.Option(15, "--host-batches", min=1, help="Host timing: batches (median over them)."),
     host_batch_calls: int = typer.Option(200, "--host-batch-calls", min=1, help="Host timing: calls per batch."),
     host_order: str = typer.Option("alternate", "--host-order", help="Host timing: alternate or fixed."),
+    recalibrate: bool = typer.Option(False, "--recalibrate",
+                                     help="Measure each GPU's peaks again (bf16 and fp8 GEMM, HBM copy; cached per "
+                                          "GPU and software stack) before its first case: docs/peaks.md."),
 ) -> None:
     """Time every case of a testlist; each row is stored when its case ends.
 
@@ -193,7 +196,7 @@ def run_command(
                            check_l2=not counters_child, executor=executor,  # type: ignore[arg-type]
                            gpus=parse_gpus(gpus), workers=workers, case_timeout_s=case_timeout, grace_s=grace,
                            shard=parse_shard(shard) if shard else None, run_group=run_group,
-                           ray_address=ray_address)
+                           ray_address=ray_address, recalibrate=recalibrate)
         if counters:
             _run_counters(db, results_dir)
             return

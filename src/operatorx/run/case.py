@@ -91,7 +91,7 @@ def _peak(case: Case, peaks: Optional[Peaks]) -> Optional[Peak]:
     args = case.args
     cls = compute_class(args.a.dtype, args.b.dtype) if isinstance(args, GemmArgs) else \
         compute_class(args.experts.a1.dtype, args.experts.w1.dtype)
-    return Peak(compute_class=cls, tflops=peaks.tflops.get(cls), memory_gbps=peaks.memory_gbps, source=peaks.source)
+    return peaks.part(cls)      # the datasheet peaks, the GPU's measured ones beside (platform/calibrate.py)
 
 
 def _error_kind(err: BaseException) -> ErrorKind:

@@ -77,6 +77,8 @@ class RunConfig:
     host: bool = False
     """Also measure host µs per call (and per layer) after device timing: `metrics["host"]`."""
     host_timing: HostTimeSettings = field(default_factory=HostTimeSettings)
+    recalibrate: bool = False
+    """Measure each GPU's peaks again (platform/calibrate.py) instead of reading the cached ones."""
 
     # --- the sweep ---------------------------------------------------------------------------
     executor: Executor = "local"
