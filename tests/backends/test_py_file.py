@@ -91,7 +91,8 @@ def test_host_time_through_run_for_user_code(tmp_path: Path, user_file: Path) ->
 
     row = _run(tmp_path, f"py:{user_file}:linear", host=True, host_timing=HostTimeSettings(batches=5, batch_calls=20))
     host = row.metrics["host"]
-    assert len(host["batch_us_per_call"]) == 5 and host["host_us_per_call"] > 0
+    # a round whose batch lost the CPU twice is dropped (measure/cpu_contention.py), never silently kept
+    assert len(host["batch_us_per_call"]) == 5 - host["rounds_dropped"] >= 3 and host["host_us_per_call"] > 0
     assert host["host_bound"] is None            # CPU: no separate device time to compare with
 
 

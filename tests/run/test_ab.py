@@ -62,7 +62,7 @@ def test_a_planted_host_cost_is_found_at_its_size(variants: str) -> None:
     assert h is not None and h["verdict"] == "slower"
     # found at its size: within 15% (a loaded 2-core CI machine stretches a 5 µs spin by up to ~10%)
     assert abs(h["diff_us"] - PLANTED_US) < 0.15 * PLANTED_US, h
-    assert h["ci_low_us"] > 0 and h["pairs"] == 41
+    assert h["ci_low_us"] > 0 and h["pairs"] == 41 - h["rounds_dropped"] >= 35   # contended rounds are dropped
     assert r.outputs == {"result": "bitwise"}            # the wait changes time, not the result
     assert r.device is None                              # CPU: no separate device clock, and it says so
 

@@ -71,6 +71,8 @@ def row_note(r: RowLike, headline: Headline = "span") -> str:
         notes.append("output not checked")
     if m.clock == "host":
         notes.append("host clock (CPU)")
+    if m.timing is not None and m.timing.cpu_contended:
+        notes.append("CPU contended: " + (m.timing.cpu_contended_why or "most samples lost the CPU"))
     if headline == "busy" and m.busy_us is None:
         notes.append("busy time unknown: span shown")
     if row.busy_differs():

@@ -154,6 +154,7 @@ def run_ab_case(case: Case, a: Side, b: Side, device: str, settings: ABSettings)
         result.host = {**diff.to_json(), "batch_us_per_call": {n: m.samples_us for n, m in host.items()},
                        "iqr_us": {n: m.summary["iqr"] for n, m in host.items()},
                        "batch_calls": host["a"].details["batch_calls"],
+                       "rounds_dropped": host["a"].details.get("rounds_dropped", 0),
                        "warnings": {n: m.details["warnings"] for n, m in host.items() if m.details["warnings"]},
                        "gpu_paced": {n: m.details["gpu_paced"] for n, m in host.items()}}
         if device == "cuda":
