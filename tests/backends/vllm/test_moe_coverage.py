@@ -15,7 +15,7 @@ from operatorx.backends.vllm.moe_reference import gated_activation, moe_referenc
 from operatorx.backends.vllm.weights import quantize_matrix
 from operatorx.spec import Case, load_testlist, resolve_testlist
 from operatorx.spec.moe import Activation, MoeArgs
-from tests.backends.vllm.cases import moe_case
+from tests.backends.vllm.cases import SCHEMES, moe_case
 
 
 def _args(case: Case) -> MoeArgs:
@@ -96,6 +96,8 @@ def test_shipped_fp32_gate_checkpoints_now_plan_and_v4_names_its_scheme() -> Non
     for src, plan in by_source.items():
         if "Qwen3.5-397B-A17B-FP8/" in src:
             assert isinstance(plan, qm.Plan) and plan.weight_scale_dtype == "bf16", (src, plan)
+        if "Qwen3.8-Flash-Next-FP8/" in src:        # bf16 shared MLP beside block-FP8 routed experts
+            assert isinstance(plan, qm.Plan) and plan.shared_scheme == "bf16" and plan.scheme == "fp8_block", plan
         if "MiniMax-M3-MXFP8/" in src:
             assert isinstance(plan, str) and plan.startswith("experts: MXFP8") and "swiglu" not in plan, plan
 
@@ -300,3 +302,15 @@ def test_moe_reference_applies_routed_scale_to_routed_output_only() -> None:
     mlp_bf16 = mlp.to(torch.bfloat16).float()
     assert torch.allclose(y1[0], 0.5 * mlp_bf16 + mlp_bf16, atol=1e-6)
     assert torch.allclose(y2[0], 2.5 * 0.5 * mlp_bf16 + mlp_bf16, atol=1e-6)
+
+
+def test_a_bf16_shared_mlp_beside_quantized_experts_plans_and_other_mixes_stay_refused() -> None:
+    plan = qm.moe_plan(_args(moe_case("fp8_block", "qwen", shared_bf16=True)))
+    assert isinstance(plan, qm.Plan) and plan.shared_scheme == "bf16" and "ignored layers" in plan.notes[-1]
+    same = qm.moe_plan(_args(moe_case("fp8_block", "qwen")))
+    assert isinstance(same, qm.Plan) and same.shared_scheme is None
+    a8, w8 = SCHEMES["fp8_block"]
+    mixed = moe_case("bf16", "qwen").to_json()
+    mixed["args"]["shared"].update({"a1": a8, "w1": w8, "w2": w8})
+    why = qm.moe_plan(_args(Case.model_validate(mixed)))
+    assert isinstance(why, str) and "differ" in why      # quantized shared beside bf16 experts: no such checkpoint

@@ -9,6 +9,7 @@ engine enters it once per step for all layers).
 
 from __future__ import annotations
 
+import gc
 from contextlib import ExitStack
 from typing import Any
 
@@ -107,18 +108,25 @@ def _prepared(args: MoeArgs, plan: quant_map.Plan, built: Any, stack: ExitStack)
             text += "; output of the CUDA-graph replay"
         return Check(worst, bound, rows, text)
 
+    layers = _layers(built)
+
     def release() -> None:
         b = state.pop("built", None)
+        layers.clear()                  # bound methods of the block: they would keep its weights alive
         try:
             if b is not None:
                 b.forget()
         finally:
             stack.close()
             VllmEnv.get().drop_workspace()
+            # vLLM's modules sit in reference cycles (hooks and bound methods back to their owner), so
+            # dropping the last outside reference frees nothing until a later GC pass: on the H200 each
+            # released case still held its ~131 MiB of weights until some later case's allocation
+            # triggered one. A released case gives its memory back now.
+            gc.collect()
 
     return Prepared(fn=fn, check=check, metadata=built.metadata, release=release,
-                    min_bytes=args.min_bytes(experts_hit=built.metadata["experts_hit"]),
-                    layers=_layers(built))
+                    min_bytes=args.min_bytes(experts_hit=built.metadata["experts_hit"]), layers=layers)
 
 
 def _layers(built: Any) -> dict[str, Any]:

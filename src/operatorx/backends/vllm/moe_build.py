@@ -159,8 +159,12 @@ def _gate(gw: GateWiring, h: int, num: int, prefix: str) -> nn.Module:
     return ReplicatedLinear(h, num, bias=False, quant_config=None, prefix=f"{prefix}.gate")
 
 
-def build_block(args: MoeArgs, quant_config: Any, prefix: str) -> tuple[MoeBlock, dict[str, Any]]:
-    """Construct gate, shared MLP and FusedMoE (on the current device); returns the wiring facts."""
+def build_block(args: MoeArgs, quant_config: Any, prefix: str, shared_unquantized: bool = False
+                ) -> tuple[MoeBlock, dict[str, Any]]:
+    """Construct gate, shared MLP and FusedMoE (on the current device); returns the wiring facts.
+
+    `shared_unquantized`: the checkpoint leaves the shared MLP in bf16 (an ignored layer of its
+    quant config); vLLM then builds it with UnquantizedLinearMethod, as quant_config=None does."""
     from vllm.model_executor.layers.fused_moe import FusedMoE
     from vllm.model_executor.layers.linear import ReplicatedLinear
 
@@ -184,7 +188,8 @@ def build_block(args: MoeArgs, quant_config: Any, prefix: str) -> tuple[MoeBlock
         if s.gate == "sigmoid":
             expert_gate = ReplicatedLinear(h, 1, bias=False, quant_config=None, prefix=f"{prefix}.shared_expert_gate")
         with vllm_refusals("to build the shared-expert MLP", construction=True):
-            shared = SharedMLP(h, s.inter * s.count, act, quant_config, f"{prefix}.shared_experts", expert_gate)
+            shared = SharedMLP(h, s.inter * s.count, act, None if shared_unquantized else quant_config,
+                               f"{prefix}.shared_experts", expert_gate)
     grouped = isinstance(r.select, GroupedTopK)
     kwargs: dict[str, Any] = {
         "num_experts": e.num, "top_k": e.top_k, "hidden_size": h, "intermediate_size": e.inter,
@@ -283,7 +288,7 @@ def shared_tensors(args: MoeArgs, scheme: str, gen: torch.Generator, scale_dtype
 
 
 def load_block(block: MoeBlock, args: MoeArgs, scheme: str, gen: torch.Generator,
-               scale_dtype: str = "fp32") -> dict[str, Any]:
+               scale_dtype: str = "fp32", shared_scheme: Optional[str] = None) -> dict[str, Any]:
     """Load every weight of the block in checkpoint format; returns what the reference needs.
 
     An fp32 gate (GLM-4.5, MiniMax-M2) gets fp32 weights, as those checkpoints store it."""
@@ -309,13 +314,14 @@ def load_block(block: MoeBlock, args: MoeArgs, scheme: str, gen: torch.Generator
     del tensors
     ref: dict[str, Any] = {"gate": gate_w, "bias": bias, "experts": per_expert, "shared": None, "hash_table": table}
     if block.shared is not None:
-        sh, (q1, q2, sgate) = shared_tensors(args, scheme, gen, scale_dtype)
+        sh, (q1, q2, sgate) = shared_tensors(args, shared_scheme or scheme, gen, scale_dtype)
         load_params(block.shared.gate_up_proj, sh["gate_up_proj"], "shared.gate_up_proj")
         load_params(block.shared.down_proj, sh["down_proj"], "shared.down_proj")
         if sgate is not None:
             assert block.shared.expert_gate is not None
             load_params(block.shared.expert_gate, {"weight": sgate}, "shared_expert_gate")
         ref["shared"] = (q1, q2, sgate)
+        ref["shared_scheme"] = shared_scheme or scheme
     return ref
 
 

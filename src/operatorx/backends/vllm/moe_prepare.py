@@ -89,7 +89,7 @@ def build_moe(case: Case, args: MoeArgs, plan: Plan, stack: ExitStack) -> BuiltM
         quant_config = build_quant_config(plan.quant)
     prefix = env.unique_prefix("mlp")
     with torch.device("cuda"):
-        block, wiring = build_block(args, quant_config, prefix)
+        block, wiring = build_block(args, quant_config, prefix, shared_unquantized=plan.shared_scheme == "bf16")
     built = BuiltMoe(block, RouterHook(None, None), torch.empty(0), {}, env, prefix)
     stack.callback(built.forget)
     runner = block.experts
@@ -101,7 +101,7 @@ def build_moe(case: Case, args: MoeArgs, plan: Plan, stack: ExitStack) -> BuiltM
 
     gen = torch.Generator(device="cuda").manual_seed(case.seed())
     before = {"routed_experts": param_summary(re)}
-    built.ref = load_block(block, args, plan.scheme, gen, plan.weight_scale_dtype)
+    built.ref = load_block(block, args, plan.scheme, gen, plan.weight_scale_dtype, plan.shared_scheme)
     with vllm_refusals("process_weights_after_loading", construction=True):
         process_after_loading(block)
     after = {"routed_experts": param_summary(re)}

@@ -87,8 +87,10 @@ def moe_reference(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, ref
     if shared is not None:
         q1, q2, sgate = shared
         w1, w2 = q1.dequant(), q2.dequant()
+        shared_scheme = ref.get("shared_scheme", scheme)     # bf16 where the checkpoint left it unquantized
         for f in flavors:
-            y = _mlp(xq[f], w1, w2, scheme, f, act)
+            y = _mlp(xq[f], w1, w2, scheme, f, act) if shared_scheme == scheme else \
+                _mlp(x.float(), w1, w2, "bf16", "none", act)
             if sgate is not None:
                 y = y * torch.sigmoid(x.float() @ sgate.float().T)
             out[f] += y

@@ -74,6 +74,10 @@ class Plan:
     bf16 tensor (Qwen3.5/Qwen3-Next FP8 checkpoints) into them; the synthetic scales are powers
     of two, exact in both."""
 
+    shared_scheme: Optional[Scheme] = None
+    """The shared MLP's scheme where it differs from the routed experts' (only `bf16`: a layer the
+    checkpoint leaves unquantized); None means the same."""
+
     @property
     def quantized(self) -> bool:
         return self.quant is not None
@@ -423,13 +427,17 @@ def moe_plan(args: MoeArgs) -> Union[Plan, str]:
     if scheme == "fp8_tensor_static":
         return ("experts: static per-tensor activation scales need a calibrated scale for the second expert "
                 "GEMM's input; not wired here (vLLM runs it: Fp8Config static → TRITON)")
+    shared_bf16 = False
     if args.shared is not None:
         s = args.shared
         shared = pair_scheme(s.a1, s.w1, "shared experts")
-        if shared != scheme or s.w2.model_dump() != s.w1.model_dump():
+        shared_bf16 = shared == "bf16" and scheme != "bf16" and s.w2.model_dump() == s.w1.model_dump()
+        if shared_bf16:
+            pass    # the checkpoint lists the shared MLP in the quant config's ignored layers (below)
+        elif shared != scheme or s.w2.model_dump() != s.w1.model_dump():
             return (f"shared experts ({s.w1.scheme_name()}) and routed experts ({e.w1.scheme_name()}) differ: a "
                     "vLLM model block quantizes both with the checkpoint's one config")
-        if s.w1.scale is not None and e.w1.scale is not None and s.w1.scale.dtype != e.w1.scale.dtype:
+        elif s.w1.scale is not None and e.w1.scale is not None and s.w1.scale.dtype != e.w1.scale.dtype:
             return (f"shared experts' scales ({s.w1.scale.dtype}) and routed experts' ({e.w1.scale.dtype}) differ: "
                     "one checkpoint stores them alike")
     why = _moe_refusal(args)
@@ -438,6 +446,10 @@ def moe_plan(args: MoeArgs) -> Union[Plan, str]:
     plan = _with_scale_dtype(_plan(scheme, "moe"), e.w1)  # type: ignore[arg-type]
     act = moe_activation(args.activation)
     assert isinstance(act, MoeAct)
+    if shared_bf16:
+        plan = replace(plan, shared_scheme="bf16", notes=plan.notes + (
+            "shared MLP in bf16 beside quantized routed experts: the checkpoint's quant config lists it among "
+            "its ignored layers, and vLLM builds such a layer with UnquantizedLinearMethod",))
     if scheme == "fp8_block" and act.vllm_name == "silu" and act.limit is not None:
         plan = replace(plan, notes=plan.notes + (
             "clamped SiLU with fp8 block: vLLM 0.26's TritonExperts fuses SiLU-and-mul with the 1x128 quant "
