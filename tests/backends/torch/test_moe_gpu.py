@@ -108,3 +108,36 @@ def test_shipped_testlist_cases_end_in_a_status(tmp_path: Any) -> None:
         assert p.check().ok, raw["sources"]
         p.release()
         torch.cuda.empty_cache()
+
+
+def test_moe_and_gemm_give_their_memory_back_over_20_cases() -> None:
+    """Issue 14 item 4, for the torch backend: after release, torch's allocated device memory is
+    where it was before prepare, case after case, with no garbage collection in between."""
+    from operatorx.backends.torch.gemm import TorchGemm
+
+    moe_cases = [case(tokens=t, routing={"distribution": d, "seed": 0}, **shape)
+                 for shape in (QWEN3, DEEPSEEK_BF16) for t in (1, 64, 512, 2048) for d in ("natural", "balanced")]
+    moe_cases += [case(tokens=t, **FP8_ROWWISE) for t in (1, 64, 512, 2048)] if _sm90() else []
+    gemm_cases = [Case.model_validate({"type": "gemm", "args": {"m": m, "n": n, "k": 4096, "a": {"dtype": "bf16"},
+                                                                 "b": {"dtype": "bf16"}, "out": "bf16"}})
+                  for m in (1, 64, 4096, 8192) for n in (1024, 4096, 14336, 2048, 7168)]
+    _run(moe_cases[0])                                  # first use of the process: cuBLAS handles, kernels
+    left: dict[str, int] = {}
+    for i, c in enumerate(moe_cases[:20] + gemm_cases[:20]):
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        if c.type == "moe":
+            _run(c)
+        else:
+            backend = TorchGemm()
+            p = backend.prepare(c, "cuda")
+            assert p.check().ok
+            p.fn()
+            assert p.release is not None
+            p.release()
+            del p
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        left[f"{i} {c.label()}"] = torch.cuda.memory_allocated() - before
+    print({k: round(v / 2**20, 2) for k, v in left.items()})
+    assert max(left.values()) < 1 * 2**20, left
