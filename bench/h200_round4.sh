@@ -5,6 +5,8 @@
 #            and on GPUs 0,1: cases/s, where the time went, latency agreement (bench/sweep_scaling.py)
 #   vllm     every gpu test (tests/web needs the web stack, absent there), the vLLM MoE release test
 #            with its output, and all of moe_small through vLLM on both GPUs
+#   backends the gpu tests of tests/backends only (vLLM and torch), printing what each release left
+#   moe      all of moe_small through vLLM on both GPUs
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 for kit in base vllm; do
@@ -33,6 +35,17 @@ case "${1:-scaling}" in
     timeout 420 python3 -m operatorx run -t moe_small --backend vllm --db /tmp/moe.db --results-dir /tmp/moe-res \
       > "$OUT/moe.txt" 2>&1
     tail -8 "$OUT/moe.txt"
+    python3 -m operatorx results export latest --db /tmp/moe.db --format csv -o "$OUT/moe_small_vllm.csv"
+    cp /tmp/moe.db "$OUT/moe.db" ;;
+  backends)
+    echo "== gpu tests of tests/backends (vLLM and torch), memory-release tests with their output"
+    timeout 300 python3 -m pytest -m gpu -q -s -p no:cacheprovider tests/backends > "$OUT/backends.txt" 2>&1
+    grep -E "^\{'0 |passed|failed|FAILED|ERROR" "$OUT/backends.txt" | cut -c1-600 | tail -20 ;;
+  moe)
+    echo "== moe_small through vLLM, both GPUs"
+    timeout 420 python3 -m operatorx run -t moe_small --backend vllm --db /tmp/moe.db --results-dir /tmp/moe-res \
+      > "$OUT/moe.txt" 2>&1
+    tail -3 "$OUT/moe.txt"
     python3 -m operatorx results export latest --db /tmp/moe.db --format csv -o "$OUT/moe_small_vllm.csv"
     cp /tmp/moe.db "$OUT/moe.db" ;;
 esac
