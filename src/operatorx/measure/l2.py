@@ -97,9 +97,7 @@ class L2Flusher:
         import torch
 
         try:
-            from operatorx.measure.side_stream import side_stream
-
-            stream = side_stream()
+            stream = torch.cuda.Stream()
             stream.wait_stream(torch.cuda.current_stream())
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.stream(stream):

@@ -14,8 +14,6 @@ from typing import Any, Optional
 
 import torch
 
-from operatorx.measure.side_stream import side_stream
-
 __all__ = ["GraphOrEager", "graph_size", "CapturedCall", "capture", "eager_kernel_names"]
 
 
@@ -51,7 +49,7 @@ class GraphOrEager:
 
 def capture(fn: Callable[[], Any], warmup: int = 2) -> CapturedCall:
     """Warm up on a side stream (as torch requires), then capture one call of `fn`."""
-    side = side_stream()                   # one per process: see measure/side_stream.py
+    side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         for _ in range(warmup):
