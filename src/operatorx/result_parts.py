@@ -85,7 +85,14 @@ class TimingInfo(OpenPart):
 
     mode: Optional[str] = doc("`kernels`, `events` or `graph` (settings)")
     noise_target: Optional[float] = doc("the stopping rule's target for `noise` (settings)", "fraction")
-    batches: Optional[int] = doc("timed batches (one profiler session each in kernels/graph mode)", "count")
+    batches: Optional[int] = doc("timed batches (each behind one GPU spin; its activity records read after it)",
+                                 "count")
+    activity_source: Optional[str] = doc("where the kernel records came from: `cupti-python` (one CUPTI session "
+                                         "kept open by the worker) or `kineto` (one torch.profiler session per "
+                                         "batch: without cupti-python, or with `--trace`)")
+    activity_fallback: Optional[str] = doc("why this process recorded with Kineto, when it did")
+    phase_s: Optional[dict[str, float]] = doc("seconds of the attempt's phases: `warmup`, `batches` (wall), "
+                                              "`spin_gpu` (GPU time of the spins), `loop` (sampling, wall)", "s")
     starved_calls_dropped: Optional[int] = doc("calls the host left waiting (their span would count host time): "
                                                "dropped", "calls")
     starved_calls_kept: Optional[int] = doc("starved calls kept because the op itself waits on the host "
@@ -93,7 +100,8 @@ class TimingInfo(OpenPart):
     host_gaps_included: Optional[bool] = doc("the op leaves the GPU idle inside every call: gaps are in its span")
     unattributed_activities: Optional[int] = doc("device activities no timed call launched", "count")
     flush_bytes: Optional[int] = doc("size of the L2 flush buffer", "bytes")
-    enqueue_us_per_call: Optional[float] = doc("host time to enqueue one call under the profiler", "µs")
+    enqueue_us_per_call: Optional[float] = doc("host time to enqueue one [flush, call] with the activity "
+                                               "records on (it sizes the spin ahead of each batch)", "µs")
     busy_us_median: Optional[float] = doc("median time some kernel of the call ran (also `busy_us`)", "µs")
     gap_before_call_us_median: Optional[float] = doc("median idle GPU time before each call", "µs")
     contention_signal: Optional[str] = doc(
@@ -219,7 +227,9 @@ class Telemetry(OpenPart):
     temperature_c: Optional[dict[str, Any]] = doc("GPU temperature `min`/`p50`/`max`", "°C")
     energy_mj: Optional[float] = doc("energy over the whole attempt", "mJ")
     attempts: Optional[list[dict[str, Any]]] = doc("every attempt in brief (`latency_us`, `pause_s`, `capped`, "
-                                                   "`kept`): a capped attempt is retried with pauses")
+                                                   "`converged`, `kept`): a capped attempt is retried with pauses "
+                                                   "as long as the call (at least 2 ms), doubling, until one is "
+                                                   "uncapped or two paused attempts agree (`converged`)")
 
 
 class Conditions(Part):
