@@ -7,12 +7,16 @@ existing case on its shard, and every machine computes the same partition.
 from __future__ import annotations
 
 import hashlib
-from typing import Optional
+from collections.abc import Callable
+from typing import Optional, TypeVar
 
 from operatorx.run.config import Shard
 from operatorx.spec import Case
 
-__all__ = ["select_cases", "shard_of", "in_shard"]
+__all__ = ["select_cases", "shard_of", "in_shard", "longest_first", "estimated_s"]
+
+_ORDER_TFLOPS, _ORDER_GBPS = 1000.0, 4000.0   # round rates of a current GPU: only the order uses them
+T = TypeVar("T")
 
 
 def select_cases(cases: list[Case], text: Optional[str], limit: Optional[int],
@@ -33,3 +37,21 @@ def shard_of(case: Case, count: int) -> int:
 
 def in_shard(case: Case, shard: Shard) -> bool:
     return shard_of(case, shard.count) == shard.index
+
+
+def estimated_s(case: Case) -> float:
+    """A case's device seconds per call at round rates (the larger of compute and memory time):
+    used only to order work, never reported."""
+    return max(case.flops() / (_ORDER_TFLOPS * 1e12), case.min_bytes() / (_ORDER_GBPS * 1e9))
+
+
+
+def longest_first(tasks: list[T], case_of: Callable[[T], Case]) -> list[T]:
+    """The tasks whose cases have the longest estimated calls first, the testlist order among equals.
+
+    With several workers pulling from one queue, a run ends when its last case does: on 2 H200s
+    a 7.5 s prefill GEMM near the end of the list kept one GPU busy while the other sat idle
+    (docs/benchmarks.md §12). Handing out the long cases first leaves the short ones to even out
+    the end. With one worker the sweep keeps the testlist order (nothing to balance).
+    """
+    return sorted(tasks, key=lambda t: -estimated_s(case_of(t)))

@@ -30,7 +30,7 @@ from operatorx.backends.registry import known_backend_names
 from operatorx.result import Row
 from operatorx.run.config import RunConfig
 from operatorx.run.job import ABJob, JobSpec
-from operatorx.run.plan import select_cases
+from operatorx.run.plan import longest_first, select_cases
 from operatorx.run.scheduler import Scheduler, SlotLike, Task, make_stop_handler
 from operatorx.run.worker_process import CaseOutcome
 from operatorx.spec import Case, load_testlist, resolve_testlist
@@ -230,6 +230,8 @@ def _execute(spec: JobSpec, store: Store, tasks: list[Task], reporter: Reporter)
         store.finish_run(spec.run_id, now_utc(), "finished")
         return _close(spec, store, "finished", {})
     slots = _slots(spec)
+    if len(slots) > 1:
+        tasks = longest_first(tasks, lambda t: t.case)
     sink = _Sink(spec, store, reporter)
     scheduler = Scheduler(slots, tasks, config.case_deadline_s(), config.grace_s, sink)
     reporter.start(spec.run_id, len(tasks), [s.name for s in slots])
