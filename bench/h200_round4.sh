@@ -31,12 +31,7 @@ case "${1:-scaling}" in
     timeout 120 python3 -m pytest -q -s -p no:cacheprovider --runxfail \
       "tests/backends/vllm/test_gpu.py::test_moe_gives_its_memory_back_over_20_cases" > "$OUT/release.txt" 2>&1
     grep -v "Warning\|warn" "$OUT/release.txt" | tail -30
-    echo "== moe_small through vLLM, both GPUs"
-    timeout 420 python3 -m operatorx run -t moe_small --backend vllm --db /tmp/moe.db --results-dir /tmp/moe-res \
-      > "$OUT/moe.txt" 2>&1
-    tail -8 "$OUT/moe.txt"
-    python3 -m operatorx results export latest --db /tmp/moe.db --format csv -o "$OUT/moe_small_vllm.csv"
-    cp /tmp/moe.db "$OUT/moe.db" ;;
+    bash "$0" moe ;;
   backends)
     echo "== gpu tests of tests/backends (vLLM and torch), memory-release tests with their output"
     timeout 300 python3 -m pytest -m gpu -q -s -p no:cacheprovider tests/backends > "$OUT/backends.txt" 2>&1

@@ -10,6 +10,7 @@ import torch
 
 from operatorx.backends.torch.moe import TorchMoe
 from operatorx.spec import Case
+from tests.backends.memory_left import memory_left_after_release
 from tests.backends.torch.test_moe_layer import (
     BF16,
     DEEPSEEK_ROUTER,
@@ -122,22 +123,15 @@ def test_moe_and_gemm_give_their_memory_back_over_20_cases() -> None:
                                                                  "b": {"dtype": "bf16"}, "out": "bf16"}})
                   for m in (1, 64, 4096, 8192) for n in (1024, 4096, 14336, 2048, 7168)]
     _run(moe_cases[0])                                  # first use of the process: cuBLAS handles, kernels
-    left: dict[str, int] = {}
-    for i, c in enumerate(moe_cases[:20] + gemm_cases[:20]):
-        torch.cuda.synchronize()
-        before = torch.cuda.memory_allocated()
+
+    def run_and_release(c: Case) -> None:
         if c.type == "moe":
-            _run(c)
-        else:
-            backend = TorchGemm()
-            p = backend.prepare(c, "cuda")
-            assert p.check().ok
-            p.fn()
-            assert p.release is not None
-            p.release()
-            del p
-        torch.cuda.synchronize()
-        torch.cuda.empty_cache()
-        left[f"{i} {c.label()}"] = torch.cuda.memory_allocated() - before
-    print({k: round(v / 2**20, 2) for k, v in left.items()})
+            _run(c)                                     # _run releases
+            return
+        p = TorchGemm().prepare(c, "cuda")
+        assert p.check().ok and p.release is not None
+        p.fn()
+        p.release()
+
+    left = memory_left_after_release(moe_cases[:20] + gemm_cases[:20], run_and_release)
     assert max(left.values()) < 1 * 2**20, left

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from operatorx.backends import Unsupported
+from operatorx.spec import Case
+from tests.backends.memory_left import memory_left_after_release
 from tests.backends.vllm.cases import gemm_case, moe_case
 
 pytestmark = pytest.mark.gpu
@@ -93,24 +95,17 @@ def test_moe_per_channel_needs_compressed_tensors_or_runs(backends) -> None:
 def test_moe_gives_its_memory_back_over_20_cases(backends) -> None:
     """After release, torch's allocated device memory is where it was before prepare, case after
     case (vLLM's shared MoE workspace included): a sweep's later cases never pay for earlier ones."""
-    import torch
-
     _, moe = backends
     cases = [moe_case(scheme, style, tokens=tokens, hidden=1024, inter=512, num=32, top_k=8)
              for scheme in ("bf16", "fp8_block") for style in ("deepseek", "qwen") for tokens in (1, 64, 512, 2048, 4)]
     assert len(cases) == 20
     _run(moe, cases[-1])        # the first MoE of a process sets vLLM up (distributed state, kernels): not a case's
-    left = {}
-    for i, case in enumerate(cases):
-        torch.cuda.synchronize()
-        before = torch.cuda.memory_allocated()
-        prepared, check = _run(moe, case)
+
+    def run_and_release(case: Case) -> None:
+        prepared, check = _run(moe, case)           # _run releases
         assert prepared is not None, check
-        del prepared
-        torch.cuda.synchronize()
-        torch.cuda.empty_cache()
-        left[f"{i} {case.label()} {case.scheme()}"] = torch.cuda.memory_allocated() - before
-    print({k: round(v / 2**20, 2) for k, v in left.items()})
+
+    left = memory_left_after_release(cases, run_and_release)
     assert max(left.values()) < 8 * 2**20, left
 
 
