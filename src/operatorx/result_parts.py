@@ -80,6 +80,16 @@ class Warmup(Part):
     seconds: Optional[float] = doc("wall time of the warmup", "s")
 
 
+class TimingPhases(Part):
+    """Seconds of one timing attempt, by phase (kernels and graph modes)."""
+
+    warmup_s: Optional[float] = doc("warmup calls, each synchronized", "s")
+    batches_s: Optional[float] = doc("the timed batches, wall time (host loop, synchronize, reading the records)",
+                                     "s")
+    spin_gpu_s: Optional[float] = doc("GPU time of the spins ahead of the batches (the host enqueues meanwhile)", "s")
+    loop_s: Optional[float] = doc("the whole sampling loop, wall time", "s")
+
+
 class TimingInfo(OpenPart):
     """The timing settings used (measure/settings.py) plus what the timer saw."""
 
@@ -91,8 +101,9 @@ class TimingInfo(OpenPart):
                                          "kept open by the worker) or `kineto` (one torch.profiler session per "
                                          "batch: without cupti-python, or with `--trace`)")
     activity_fallback: Optional[str] = doc("why this process recorded with Kineto, when it did")
-    phase_s: Optional[dict[str, float]] = doc("seconds of the attempt's phases: `warmup`, `batches` (wall), "
-                                              "`spin_gpu` (GPU time of the spins), `loop` (sampling, wall)", "s")
+    phases: Optional[TimingPhases] = doc("where the kept attempt's seconds went")
+    activity_records_dropped: Optional[int] = doc("device records CUPTI delivered incomplete or undecodable: a "
+                                                  "call may have lost a kernel from its span", "count")
     starved_calls_dropped: Optional[int] = doc("calls the host left waiting (their span would count host time): "
                                                "dropped", "calls")
     starved_calls_kept: Optional[int] = doc("starved calls kept because the op itself waits on the host "

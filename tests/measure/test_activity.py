@@ -132,29 +132,70 @@ def test_each_call_owns_what_it_launched_and_earlier_work_is_not_the_batch(fake)
     assert gemm["shared_memory_bytes"] == 200_000 and gemm["device_us_per_call"] == 10.0
 
 
-def test_the_session_is_opened_once_and_pause_stops_recording(fake):
+def test_the_session_is_opened_once_and_a_pause_ends_with_recording_back_on(fake):
     first = activity.activity_session()
     assert activity.activity_session() is first
     with activity.activity_paused():
         assert fake.enabled == set()
         fake.launch("while_paused", 1_000)                # not recorded at all
+    assert fake.enabled == {int(k) for k in Kind}         # the next case's warmup runs traced, as its batches
     batch = first.batch(lambda: fake.launch("k", 1_000), 2, None, spin_cycles=0)
-    assert fake.enabled and [len(c.activities) for c in batch.calls] == [1, 1] and batch.unattributed == 0
+    assert [len(c.activities) for c in batch.calls] == [1, 1] and batch.unattributed == 0
 
 
-def test_without_cupti_python_each_batch_is_a_kineto_session_and_the_reason_is_kept(monkeypatch):
-    monkeypatch.setitem(sys.modules, "cupti", None)       # import fails as when the package is missing
-    monkeypatch.setattr(activity, "_session", None)
+def test_an_incomplete_or_odd_record_is_skipped_and_counted_not_timed(fake):
+    session = activity.activity_session()
+    calls = iter(range(3))
+
+    def call() -> None:
+        fake.launch("k", 1_000)
+        if next(calls) == 1:                               # this call's second kernel has no end yet
+            fake.corr += 1
+            fake.pending += [Api(fake.corr, fake.get_timestamp()), Kernel("late", fake.corr, fake.gpu_t, 0)]
+            fake.pending.append(object())                  # and one record nothing can decode
+
+    batch = session.batch(call, 3, None, spin_cycles=0)
+    assert batch.records_dropped == 2
+    assert [[a.name for a in c.activities] for c in batch.calls] == [["k"], ["k"], ["k"]]
+
+
+def test_records_outside_a_batch_are_not_decoded(fake):
+    session = activity.activity_session()
+    assert isinstance(session, activity.CuptiSession)
+    decoded: list[str] = []
+    original = session._demangled
+    session._demangled = lambda name: decoded.append(name) or original(name)   # type: ignore[method-assign]
+    fake.launch("warmup_kernel", 1_000)
+    session.discard()                                      # a measurement's start: flushed, not decoded
+    session.batch(lambda: fake.launch("k", 1_000), 1, None, spin_cycles=0)
+    assert decoded == ["k"]
+
+
+def test_an_unknown_source_name_warns_and_the_default_is_used(fake, monkeypatch):
+    monkeypatch.setenv(activity.ACTIVITY_ENV, "nsys")
+    with pytest.warns(UserWarning, match="OPERATORX_ACTIVITY='nsys' is not kineto or cupti; ignored"):
+        session = activity.activity_session()
+    assert isinstance(session, activity.CuptiSession)
+
+
+@pytest.fixture
+def fresh(monkeypatch):
+    """The process's session state, restored after the test."""
+    for name, value in (("_session", None), ("_kineto_only", False), ("_fallback_reason", None)):
+        monkeypatch.setattr(activity, name, value)
     monkeypatch.delenv(activity.ACTIVITY_ENV, raising=False)
+
+
+def test_without_cupti_python_each_batch_is_a_kineto_session_and_the_reason_is_kept(monkeypatch, fresh):
+    monkeypatch.setitem(sys.modules, "cupti", None)       # import fails as when the package is missing
     session = activity.activity_session()
     assert isinstance(session, activity.KinetoSession)
     reason = activity.fallback_reason()
     assert reason is not None and "cupti-python unavailable" in reason and "operatorx[cupti]" in reason
 
 
-def test_asking_for_cupti_without_it_is_one_clear_error(monkeypatch):
+def test_asking_for_cupti_without_it_is_one_clear_error(monkeypatch, fresh):
     monkeypatch.setitem(sys.modules, "cupti", None)
-    monkeypatch.setattr(activity, "_session", None)
     monkeypatch.setenv(activity.ACTIVITY_ENV, "cupti")
     with pytest.raises(RuntimeError, match=r"OPERATORX_ACTIVITY=cupti but cupti-python cannot start.*pip install"):
         activity.activity_session()

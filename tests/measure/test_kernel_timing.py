@@ -84,3 +84,27 @@ def test_an_op_that_waits_on_the_gpu_inside_a_call_is_timed_with_its_gaps_and_sa
 
     m = _timer(max_time_s=0.3).measure(syncing_op)
     assert m.details["host_gaps_included"] is True and m.summary["n"] >= 10
+
+
+def test_with_cupti_python_the_records_come_from_one_session_that_stays_open():
+    """The real cupti-python package (its record fields, not the CPU fake's): the source is named,
+    no record is dropped, launch shapes come from the kernel records, and a second measurement
+    reuses the same session."""
+    pytest.importorskip("cupti")
+    import torch
+
+    from operatorx.measure import activity
+    from operatorx.measure.kernels import kernel_breakdown
+
+    a = torch.randn(64, 2048, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16)
+    first = _timer().measure(lambda: a @ b)
+    session = activity.activity_session()
+    second = _timer().measure(lambda: a @ b)
+    assert activity.activity_session() is session and isinstance(session, activity.CuptiSession)
+    for m in (first, second):
+        assert m.details["activity_source"] == "cupti-python" and m.details["activity_records_dropped"] == 0
+        assert m.details["unattributed_activities"] == 0
+    table = kernel_breakdown(second.last_batch)
+    assert table is not None and all(k["grid"][0] >= 1 and k["registers_per_thread"] > 0 for k in table["kernels"])
+    assert abs(second.latency_us / first.latency_us - 1) < 0.1

@@ -99,3 +99,5 @@ def test_a_long_call_starts_with_min_samples_and_no_batch_overruns_the_cap():
     assert kt._next_batch(noisy, s, 10, call_s=0.017, left_s=0.5) == 29      # 0.5 s left / 17 ms
     assert kt._next_batch(noisy, s, 10, call_s=0.017, left_s=0.001) == 1     # never zero
     assert kt._next_batch(noisy, s, 10, call_s=20e-6, left_s=0.5) == 512     # noise asks for many: the cap
+    assert kt._first_batch(TimingSettings(timeout_s=30.0), call_s=5.0) == 6   # 5 s calls: what fits in the timeout
+    assert kt._first_batch(TimingSettings(timeout_s=30.0), call_s=60.0) == 1  # never fewer than one

@@ -71,6 +71,7 @@ def test_retry_pauses_grow():
     s = TimingSettings()
     assert [s.pause_s(k) for k in range(4)] == [0.0, 0.002, 0.004, 0.008]
     assert [s.pause_s(k, call_s=0.017) for k in range(4)] == [0.0, 0.017, 0.034, 0.068]   # a long call: its own length
+    assert [s.pause_s(k, call_s=1.0) for k in range(4)] == [0.0, 0.05, 0.1, 0.2]        # a seconds-long call: capped
 
 
 def test_median_noise_is_unknown_below_the_sample_count_any_95pct_interval_needs():

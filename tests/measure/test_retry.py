@@ -89,3 +89,32 @@ def test_two_paused_attempts_that_agree_end_the_retries_and_the_kept_one_stays_f
 def test_paused_attempts_still_moving_go_on_retrying(monkeypatch):
     done, _ = _run(monkeypatch, [12.0, 11.0, 10.0, 9.5], [True] * 4)
     assert len(done.attempts) == 4 and not any(a["converged"] for a in done.attempts)
+
+
+def test_attempts_too_short_to_know_their_noise_do_not_count_as_converged(monkeypatch):
+    """Five samples give no confidence interval (noise inf): that is no licence to stop retrying."""
+    timer = _Timer([12.0, 11.0, 10.0, 9.5], [True] * 4)
+
+    def five(fn, pause_s=0.0):
+        timer.pauses.append(pause_s)
+        samples = [timer.latencies[len(timer.pauses) - 1]] * 5
+        return Measurement("fake", "device", samples, summarize(samples), 0, 0.0, "timeout")
+
+    monkeypatch.setattr(timer, "measure", five)
+
+    class Sampler:
+        def __init__(self, *args):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return None
+
+        def summary(self, since_s=None):
+            return {"available": True, "capped": True, "capping_reasons": ["sw_power_cap"]}
+
+    monkeypatch.setattr(retry, "TelemetrySampler", Sampler)
+    done = retry.measure_with_retries(timer, lambda: None, None, SETTINGS)   # type: ignore[arg-type]
+    assert len(done.attempts) == 4 and not any(a["converged"] for a in done.attempts)

@@ -53,6 +53,13 @@ class ActivitySession(Protocol):
 
     def pause(self) -> None: ...
 
+    def resume(self) -> None: ...
+
+    def discard(self) -> None: ...
+
+    @property
+    def on(self) -> bool: ...
+
 
 class KinetoSession:
     """One torch.profiler session per batch (the source without cupti-python, and for `--trace`)."""
@@ -76,6 +83,16 @@ class KinetoSession:
 
     def pause(self) -> None:
         """Nothing stays on between batches."""
+
+    def resume(self) -> None:
+        """Nothing to turn on: each batch is its own session."""
+
+    def discard(self) -> None:
+        """Nothing is buffered between batches."""
+
+    @property
+    def on(self) -> bool:
+        return False
 
 
 class _Mark:
@@ -115,10 +132,22 @@ class CuptiSession:
         self._kernel_kind = int(kinds.CONCURRENT_KERNEL)
         self._memset_kind, self._memcpy_kind = int(kinds.MEMSET), int(kinds.MEMCPY)
         self._api_kinds = {int(kinds.RUNTIME), int(kinds.DRIVER)}
+        self._device_kinds = {self._kernel_kind, self._memset_kind, self._memcpy_kind}
         self._kinds = [kinds.CONCURRENT_KERNEL, kinds.MEMSET, kinds.MEMCPY, kinds.RUNTIME, kinds.DRIVER]
+        self._recording = False
+        self.records_dropped = 0
+        """Records skipped since the last batch: incomplete (no end time) or not decodable."""
         cupti.activity_register_callbacks(self._requested, self._completed)
         self._on = False
-        self._resume()
+        try:
+            self._resume()
+        except Exception:
+            for kind in self._kinds:        # a half-enabled CUPTI would tax every CUDA call of the fallback
+                try:
+                    self._cupti.activity_disable(kind)
+                except Exception:  # noqa: BLE001 - disabling what never got enabled
+                    pass
+            raise
 
     def _requested(self) -> tuple[int, int]:
         return _BUFFER_BYTES, 0
@@ -136,31 +165,47 @@ class CuptiSession:
         return out
 
     def _completed(self, activities: list[Any]) -> None:
+        """Decode a buffer into tuples, only while a batch is recording: between batches (prepare,
+        check, warmup) the records are not the batch's, and decoding them would hold the GIL for
+        nothing. A record that is incomplete (no end yet) or cannot be decoded is skipped and
+        counted: a call that lost a kernel must not pass silently."""
+        if not self._recording:
+            return
         device: list[tuple[Activity, int]] = []
         launch_at: dict[int, int] = {}
+        dropped = 0
         for a in activities:
-            kind = int(a.kind)
-            if kind in self._api_kinds:
-                launch_at[a.correlation_id] = a.start
-            elif kind == self._kernel_kind:
-                shape = LaunchShape((a.grid_x, a.grid_y, a.grid_z), (a.block_x, a.block_y, a.block_z),
-                                    a.registers_per_thread, a.static_shared_memory, a.dynamic_shared_memory)
-                device.append((Activity(self._demangled(a.name), a.start, a.end, a.correlation_id, shape),
-                               a.correlation_id))
-            elif kind == self._memset_kind:
-                device.append((Activity("Memset (Device)", a.start, a.end, a.correlation_id), a.correlation_id))
-            elif kind == self._memcpy_kind:
-                device.append((Activity("Memcpy", a.start, a.end, a.correlation_id), a.correlation_id))
+            try:
+                kind = int(a.kind)
+                if kind in self._api_kinds:
+                    launch_at[a.correlation_id] = a.start
+                    continue
+                if kind not in self._device_kinds:
+                    continue
+                if not 0 < a.start <= a.end:
+                    dropped += 1
+                    continue
+                if kind == self._kernel_kind:
+                    shape = LaunchShape((a.grid_x, a.grid_y, a.grid_z), (a.block_x, a.block_y, a.block_z),
+                                        a.registers_per_thread, a.static_shared_memory, a.dynamic_shared_memory)
+                    act = Activity(self._demangled(a.name), a.start, a.end, a.correlation_id, shape)
+                else:
+                    act = Activity("Memset (Device)" if kind == self._memset_kind else "Memcpy", a.start, a.end,
+                                   a.correlation_id)
+                device.append((act, a.correlation_id))
+            except Exception:  # noqa: BLE001 - one odd record must not lose the buffer; it is counted
+                dropped += 1
         with self._lock:
             self._device.extend(device)
             self._launch_at.update(launch_at)
+            self.records_dropped += dropped
 
-    def _take(self) -> tuple[list[tuple[Activity, int]], dict[int, int]]:
+    def _take(self) -> tuple[list[tuple[Activity, int]], dict[int, int], int]:
         self._cupti.activity_flush_all(1)
         with self._lock:
-            device, launch_at = self._device, self._launch_at
-            self._device, self._launch_at = [], {}
-        return device, launch_at
+            device, launch_at, dropped = self._device, self._launch_at, self.records_dropped
+            self._device, self._launch_at, self.records_dropped = [], {}, 0
+        return device, launch_at, dropped
 
     def _resume(self) -> None:
         if not self._on:
@@ -168,9 +213,22 @@ class CuptiSession:
                 self._cupti.activity_enable(kind)
             self._on = True
 
+    @property
+    def on(self) -> bool:
+        return self._on
+
+    def discard(self) -> None:
+        """Flush and drop (undecoded) what is buffered: before a measurement's first batch, so the
+        warmup's records are not decoded in that batch's flush."""
+        self._take()
+
+    def resume(self) -> None:
+        """Turn CUPTI back on after `pause` (warmup and the enqueue estimate run with it on, as a batch does)."""
+        self._resume()
+
     def pause(self) -> None:
         """Stop recording (host timing and event pairs must not pay CUPTI's per-call cost) and drop
-        what is buffered; the next batch turns it back on."""
+        what is buffered."""
         if self._on:
             import torch
 
@@ -188,17 +246,21 @@ class CuptiSession:
         torch.cuda.synchronize()
         now = self._cupti.get_timestamp
         ranges: list[HostRange] = []
-        t_begin = now()
-        enqueue_s = run_marked_loop(lambda name: _Mark(now, ranges, name), call, n, flush, spin_cycles,
-                                    pause_s, pause_spin_cycles)
-        torch.cuda.synchronize()
-        device, launch_at = self._take()
+        self._recording = True
+        try:
+            t_begin = now()
+            enqueue_s = run_marked_loop(lambda name: _Mark(now, ranges, name), call, n, flush, spin_cycles,
+                                        pause_s, pause_spin_cycles)
+            torch.cuda.synchronize()
+            device, launch_at, dropped = self._take()
+        finally:
+            self._recording = False
         mine = [(act, launch_at.get(corr)) for act, corr in device]
-        # work launched before this batch began (warmup, checks, an earlier case) is not the batch's
+        # work launched before this batch began (an earlier case's tail) is not the batch's
         mine = [(act, at) for act, at in mine if at is None or at >= t_begin]
         calls, harness, unattributed = attribute_launches(ranges, mine)
         return TraceBatch(calls=calls, harness_activities=harness, unattributed=unattributed,
-                          enqueue_s_per_call=enqueue_s, source=self.name, ranges=ranges, device=mine)
+                          enqueue_s_per_call=enqueue_s, source=self.name, records_dropped=dropped)
 
 
 _session: Optional[ActivitySession] = None
@@ -222,6 +284,12 @@ def activity_session() -> ActivitySession:
     if _session is not None:
         return _session
     wanted = os.environ.get(ACTIVITY_ENV, "").strip().lower()
+    if wanted not in ("", "kineto", "cupti"):
+        import warnings
+
+        warnings.warn(f"{ACTIVITY_ENV}={wanted!r} is not kineto or cupti; ignored (cupti-python where it "
+                      "starts, else Kineto)", stacklevel=2)
+        wanted = ""
     if wanted == "kineto" or _kineto_only:
         _fallback_reason = _fallback_reason or f"{ACTIVITY_ENV}=kineto"
         _session = KinetoSession()
@@ -246,8 +314,15 @@ def fallback_reason() -> Optional[str]:
 
 @contextmanager
 def activity_paused() -> Iterator[None]:
-    """CUPTI recording off for the block (no-op when nothing is open)."""
-    if _session is not None:
-        _session.pause()
-    yield
+    """CUPTI recording off for the block, and back on after it if it was on (no-op when nothing
+    is open): the next case's warmup and enqueue estimate run with it on, as its batches will."""
+    session = _session
+    was_on = session is not None and session.on
+    if session is not None:
+        session.pause()
+    try:
+        yield
+    finally:
+        if session is not None and was_on:
+            session.resume()
 

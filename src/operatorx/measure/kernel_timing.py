@@ -118,19 +118,21 @@ def _enqueue_estimate(call: Callable[[], Any], flush: Optional[Callable[[], None
 
 
 def _first_batch(s: TimingSettings, call_s: float) -> int:
-    """Calls in the first batch: `batch_size`, or fewer for a long call (at least `min_samples`),
-    so a 20 ms prefill GEMM does not spend 0.6 s on samples it may not need. `call_s` is the
-    warmup's synchronized seconds per call (an upper bound on the device time)."""
+    """Calls in the first batch: `batch_size`, or fewer for a long call, so a 20 ms prefill GEMM
+    does not spend 0.6 s on samples it may not need: enough for `min_samples` where they fit in
+    `timeout_s`, never fewer than one. `call_s` is the warmup's synchronized seconds per call (an
+    upper bound on the device time)."""
     if call_s <= 0:
         return s.batch_size
-    return max(1, min(s.batch_size, max(s.min_samples, int(_FIRST_BATCH_S / call_s))))
+    wanted = min(s.batch_size, max(s.min_samples, int(_FIRST_BATCH_S / call_s)))
+    return max(1, min(wanted, int(s.timeout_s / call_s)))
 
 
 def _next_batch(samples_us: list[float], s: TimingSettings, n: int, call_s: float, left_s: float) -> int:
     """Calls in the next batch: as many as the noise so far says the target needs (noise falls like
-    1/sqrt(n)), at least `batch_size`, at most 512, and no more than fit in the time left before
-    the cap (`call_s`: the last batch's wall seconds per call) — a batch is never cut short, so an
-    oversized one would overrun the cap by its whole length."""
+    1/sqrt(n)), `batch_size` at least and 512 at most, but never more than fit in the time left
+    before the cap (`call_s`: the last batch's wall seconds per call; one call at least) — a batch
+    is never cut short, so an oversized one would overrun the cap by its whole length."""
     from operatorx.measure.stats import median_noise
 
     fits = max(1, int(left_s / call_s)) if call_s > 0 else _MAX_BATCH
@@ -170,7 +172,11 @@ class KernelTiming:
         gaps_ns: list[int] = []
         starved = unattributed = batches = spin_short = 0
         enqueue_s = _enqueue_estimate(call, flush) if s.spin and pause_s == 0 else _FIRST_ENQUEUE_GUESS_S
+        from operatorx.measure.activity import activity_session
+
+        activity_session().discard()        # the warmup's records are not the first batch's
         spin_s = batches_s = 0.0
+        records_dropped = 0
         wall0 = time.perf_counter()
         reason = None
         batch = None
@@ -190,6 +196,7 @@ class KernelTiming:
             spin_s += (spin + (n * pause_spin if pause_s > 0 else 0)) / self.sm_clock_hz
             batches += 1
             unattributed += batch.unattributed
+            records_dropped += batch.records_dropped
             with_work = [c for c in batch.calls if c.activities]
             kept = with_work if gaps_included else [c for c in with_work if not c.starved]
             all_starved_streak = all_starved_streak + 1 if with_work and not kept else 0
@@ -235,8 +242,9 @@ class KernelTiming:
                    "gap_before_call_us_median": float(np.median(gaps_ns)) / 1e3 if gaps_ns else None,
                    "graph": self.graph, "host_gaps_included": gaps_included,
                    "starved_calls_kept": starved_kept, "window_start_s": wall0,
-                   "phase_s": {"warmup": warm_s, "batches": batches_s, "spin_gpu": spin_s,
-                               "loop": time.perf_counter() - wall0}}
+                   "activity_records_dropped": records_dropped,
+                   "phases": {"warmup_s": warm_s, "batches_s": batches_s, "spin_gpu_s": spin_s,
+                              "loop_s": time.perf_counter() - wall0}}
         return Measurement(method=self.method, clock="device", samples_us=samples_us, summary=summarize(samples_us),
                            warmup_calls=calls, warmup_s=warm_s, stop_reason=reason, details=details,
                            last_batch=batch)

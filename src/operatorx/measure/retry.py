@@ -10,6 +10,7 @@ fastest, flagged).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -47,7 +48,8 @@ def _converged(tried: list[tuple[Measurement, dict[str, Any], float]]) -> bool:
     if len(tried) < 3:
         return False
     (a, _, _), (b, _, _) = tried[-2], tried[-1]
-    noise = (a.summary.get("median_noise") or 0.0) + (b.summary.get("median_noise") or 0.0)
+    noise = sum(n for n in (a.summary.get("median_noise"), b.summary.get("median_noise"))
+                if n is not None and math.isfinite(n))      # too few samples to know: no allowance
     return abs(b.latency_us / a.latency_us - 1) <= max(CONVERGED_REL, noise)
 
 

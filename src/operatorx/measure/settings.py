@@ -9,6 +9,8 @@ from operatorx.measure.l2 import L2_STATES, L2State
 
 __all__ = ["TimingMode", "TIMING_MODES", "TimingSettings"]
 
+_MAX_PAUSE_BASE_S = 0.05
+
 TimingMode = Literal["kernels", "events", "graph"]
 TIMING_MODES: tuple[TimingMode, ...] = ("kernels", "events", "graph")
 
@@ -74,10 +76,12 @@ class TimingSettings:
 
     def pause_s(self, attempt: int, call_s: float = 0.0) -> float:
         """Pause between calls for attempt 0 (none), 1, 2, 3...: 2, 4, 8 ms by default, or 1, 2, 4
-        times the call itself when that is longer. The GPU's average power follows the duty cycle,
+        times the call itself when that is longer (up to 50 ms, doubled: a seconds-long call's
+        retries must still end inside the case's deadline). The GPU's average power follows the duty cycle,
         so a 2 ms rest after a 17 ms GEMM that holds the power cap by itself changes nothing (seen
         on the H200: three retries, all capped, 10 s each)."""
-        return 0.0 if attempt == 0 else max(self.throttle_pause_s, call_s) * 2 ** (attempt - 1)
+        base = max(self.throttle_pause_s, min(call_s, _MAX_PAUSE_BASE_S))
+        return 0.0 if attempt == 0 else base * 2 ** (attempt - 1)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

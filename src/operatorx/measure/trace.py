@@ -109,10 +109,9 @@ class TraceBatch:
     """The torch.profiler object (Kineto source only), kept for launch shapes and `--trace` export."""
     source: str = "kineto"
     """Which records: `cupti-python` (one CUPTI session for the process) or `kineto` (torch.profiler)."""
-    ranges: list[HostRange] = field(default_factory=list)
-    """The harness ranges on the host (CUPTI source), for the `--trace` export."""
-    device: list[tuple[Activity, Optional[int]]] = field(default_factory=list)
-    """Every device activity of the batch with its launch time (CUPTI source), for the `--trace` export."""
+    records_dropped: int = 0
+    """Device records CUPTI delivered incomplete or undecodable (CUPTI source): some call's span may
+    miss a kernel, so the row counts them."""
 
 
 def attribute_launches(ranges: Sequence[HostRange], device: Sequence[tuple[Activity, Optional[int]]]
