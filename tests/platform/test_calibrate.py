@@ -5,6 +5,7 @@ these run without a GPU (tests/platform/test_calibrate_gpu.py measures a real on
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -93,9 +94,12 @@ def test_recalibrate_measures_again_once_per_run(tmp_path):
 @pytest.mark.parametrize("content", ["{not json", json.dumps({"key": "x"}), "",
                                      json.dumps({"key": KEY.model_dump(), "peaks": {"tflops": {"bf16": -5.0},
                                                  "memory_gbps": 1.0, "best_shapes": {}, "measured_at": "t",
-                                                 "seconds": 1.0}})])
+                                                 "seconds": 1.0}}),
+                                     # binary garbage (a disk error, a truncated copy): not even UTF-8
+                                     b"\xff\xfe\x00\x81\x9c garbage \xc3", b'{"key": "\xff\xfe"}'])
 def test_corrupt_cache_is_measured_again_with_one_warning_line(tmp_path, capsys, content):
-    (tmp_path / KEY.file_name()).write_text(content)
+    path = tmp_path / KEY.file_name()
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
     measure = FakeMeasure(812.0)
     peaks, how = load_or_measure(KEY, measure, directory=tmp_path)
     assert how == "unreadable cache, measured" and measure.calls == 1 and peaks is not None
@@ -155,7 +159,7 @@ def test_rates_use_measured_peaks_and_keep_the_datasheet(tmp_path):
     bf16 = peaks.part("bf16")
     assert (bf16.tflops, bf16.memory_gbps, bf16.measured_tflops, bf16.measured_memory_gbps) == \
         (989.4, 4800.0, 812.0, 4310.0)
-    assert bf16.source == ("measured 2026-11-30 on this GPU (operatorx calibrate v1); "
+    assert bf16.source == ("measured 2026-11-30 on this GPU (operatorx calibrate v2); "
                            "datasheet beside: vendor datasheet, dense")
     # 8192³ bf16 in 1.5 ms: 733 TFLOP/s, 90.3% of the measured 812 and 74.1% of the datasheet 989.4
     flops, nbytes = 2 * 8192 ** 3, 3 * 8192 * 8192 * 2
@@ -174,7 +178,7 @@ def test_class_not_measured_takes_the_datasheet_compute_and_measured_memory(tmp_
     assert peaks is not None
     fp32 = peaks.part("fp32")
     assert fp32.measured_tflops is None and fp32.measured_memory_gbps == 4310.0 and fp32.tflops == 66.9
-    assert fp32.source == ("memory measured 2026-11-30 on this GPU (operatorx calibrate v1); "
+    assert fp32.source == ("memory measured 2026-11-30 on this GPU (operatorx calibrate v2); "
                            "compute: vendor datasheet, dense")
     rates = compute_rates(66_900_000_000, 10, 1000.0, fp32)         # 66.9 TFLOP/s: 100% of the datasheet fp32
     assert rates.pct_peak == pytest.approx(100.0) and rates.pct_datasheet == pytest.approx(100.0)
@@ -250,3 +254,33 @@ def test_cli_recalibrate_is_stored_with_the_run_and_a_cpu_run_measures_nothing(t
     assert doc["run"]["job"]["config"]["recalibrate"] is True and doc["run"]["peaks"] is None
     assert all("peak" not in (r.get("metrics") or {}) for r in doc["rows"])
     assert not (tmp_path / "peaks").exists()
+
+
+def test_warmup_runs_synchronized_calls_for_its_wall_time():
+    """The GPU warmup before the first timed shape (calibrate._warm), with a CPU stand-in for the GEMM:
+    every call is synchronized and the loop lasts its seconds, however fast or slow a call is."""
+    from operatorx.platform.calibrate import WARM_S, _warm
+
+    events: list[str] = []
+    calls, seconds = _warm(lambda: events.append("call"), lambda: events.append("sync"), 0.05)
+    assert seconds >= 0.05 and calls == len(events) // 2 >= 2
+    assert events == ["call", "sync"] * calls
+    slow = _warm(lambda: time.sleep(0.03), lambda: None, 0.05)     # a call longer than half the time: 2 calls
+    assert slow[0] == 2 and slow[1] >= 0.05
+    assert _warm(lambda: None, lambda: None, 0.0)[0] == 1          # at least one call, even with no time
+    assert WARM_S == 1.0
+
+
+def test_a_cache_file_of_the_previous_method_is_measured_again(tmp_path):
+    """Peaks of method v1 (measured after 3 warmup calls, perhaps on a cold card) are never reused."""
+    old = StackKey(**{**KEY.model_dump(), "method": 1})
+    load_or_measure(old, FakeMeasure(700.0), directory=tmp_path)
+    measure = FakeMeasure(812.0)
+    peaks, how = load_or_measure(KEY, measure, directory=tmp_path)
+    assert KEY.method == 2 and how == "measured" and peaks is not None and peaks.tflops["bf16"] == 812.0
+    # and a v1 entry's fields (no warmup or clock) still parse: they read as unknown
+    data = json.loads((tmp_path / old.file_name()).read_text())
+    for field in ("warm_s", "sm_clock_mhz", "max_sm_clock_mhz"):
+        del data["peaks"][field]
+    entry = CacheEntry.model_validate(data)
+    assert entry.peaks.warm_s is None and entry.peaks.sm_clock_mhz is None and entry.peaks.tflops["bf16"] == 700.0

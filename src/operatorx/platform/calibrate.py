@@ -10,10 +10,14 @@ loads (or, the first time, measures) its GPU's peaks before its first case (run/
   without fast accumulation;
 - memory: a large device-to-device copy, bytes read + written / time.
 
-Each is timed with CUDA events around back-to-back calls after warmup: the kernels take
-milliseconds, so the events' microsecond resolution and launch gaps do not matter. All of it takes
-one to two seconds. The cache is keyed by GPU name and UUID, driver, torch and CUDA (or HIP) version and
-the method's version: any of them changing measures again; `operatorx run --recalibrate` forces it.
+A worker's GPU may have sat idle at its lowest clocks: before the first measured shape, the first
+bf16 GEMM runs back to back for `WARM_S` of synchronized wall time so the clocks have ramped up (a
+peak measured on a cold card would be cached and used for the whole run), and the SM clock NVML
+reads while it still runs is kept with the peaks. Each rate is then timed with CUDA events around
+back-to-back calls after a few more warmup calls: the kernels take milliseconds, so the events'
+microsecond resolution and launch gaps do not matter. All of it takes two to three seconds. The
+cache is keyed by GPU name and UUID, driver, torch and CUDA (or HIP) version and the method's
+version: any of them changing measures again; `operatorx run --recalibrate` forces it.
 
 Nothing here imports torch or touches CUDA at import time, and only `measure_peaks` uses CUDA: the
 sweep's parent process must never create a context (run/worker.py), so only workers call it.
@@ -44,8 +48,9 @@ __all__ = ["ENV_PEAKS_DIR", "METHOD_VERSION", "StackKey", "MeasuredPeaks", "Cach
 ENV_PEAKS_DIR = "OPERATORX_PEAKS_DIR"
 """Environment variable naming the cache directory (tests point it at a temporary one)."""
 
-METHOD_VERSION = 1
-"""Bumped whenever what `measure_peaks` does changes: every cached entry is then measured again."""
+METHOD_VERSION = 2
+"""Bumped whenever what `measure_peaks` does changes: every cached entry is then measured again.
+2: a 1 s warmup before the first shape (v1's peaks may have been measured before the clocks ramped)."""
 
 GEMM_SHAPES: tuple[tuple[int, int, int], ...] = ((8192, 8192, 8192), (4096, 16384, 8192), (16384, 16384, 16384))
 """(m, n, k) of the GEMMs whose best rate is the compute peak: large enough that every SM runs
@@ -53,6 +58,10 @@ full tiles for milliseconds, square and rectangular because cuBLAS's best tile d
 
 COPY_BYTES = 2 << 30
 """Bytes of the copied buffer (read once, written once a copy): far beyond any L2, so HBM is the bound."""
+
+WARM_S = 1.0
+"""Seconds the first bf16 GEMM runs back to back (synchronized) before anything is timed: an idle
+GPU takes a fraction of a second to leave its lowest clocks, and three warmup calls of ~1 ms do not."""
 
 _TARGET_MS = 30.0   # each timed repeat: back-to-back calls for about this long
 _REPEATS = 3        # the best repeat's mean counts (a repeat slowed by anything else on the host is dropped)
@@ -101,6 +110,13 @@ class MeasuredPeaks(BaseModel):
     """The run whose worker measured it (a replaced worker of a `--recalibrate` run keeps it)."""
     notes: list[str] = []
     """What could not be measured, and why (fp8 on a card without it, out of memory)."""
+    warm_s: Optional[float] = None
+    """Seconds of the warmup before the first timed shape (about `WARM_S`)."""
+    sm_clock_mhz: Optional[float] = None
+    """SM clock NVML read while the warmup's last GEMMs ran, MHz (None without NVML): far under
+    `max_sm_clock_mhz`, the peaks were measured on a card held below its boost clock."""
+    max_sm_clock_mhz: Optional[float] = None
+    """The card's maximum SM clock (NVML), MHz."""
 
     @field_validator("tflops")
     @classmethod
@@ -152,14 +168,14 @@ def _warn(line: str) -> None:
 def _read(path: Path, key: StackKey, warn: Callable[[str], None]) -> tuple[Optional[MeasuredPeaks], bool]:
     """The cached peaks for `key` and whether the file was unreadable (a missing file is not)."""
     try:
-        text = path.read_text()
+        raw = path.read_bytes()     # bytes: a binary (corrupt) file is invalid JSON below, not a UnicodeDecodeError
     except (FileNotFoundError, NotADirectoryError):      # never measured (a bad directory: writing says so)
         return None, False
     except OSError as err:
         warn(f"peaks cache {path}: cannot read ({err.strerror or err}); measuring again")
         return None, True
     try:
-        entry = CacheEntry.model_validate_json(text)
+        entry = CacheEntry.model_validate_json(raw)
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(x) for x in first.get("loc", ())) or "file"
@@ -229,6 +245,39 @@ def device_peaks(device: DeviceInfo, *, recalibrate: bool = False, run_id: Optio
 
 # --- the measurement (a CUDA worker only) -------------------------------------------------------------
 
+def _warm(fn: Callable[[], Any], sync: Callable[[], None], seconds: float) -> tuple[int, float]:
+    """Call `fn` back to back, synchronizing after each call, until `seconds` of wall time passed:
+    the synchronize makes the time the GPU's, not the launch queue's. Returns (calls, seconds)."""
+    t0 = time.perf_counter()
+    calls = 0
+    while calls == 0 or time.perf_counter() - t0 < seconds:
+        fn()
+        sync()
+        calls += 1
+    return calls, time.perf_counter() - t0
+
+
+def _sm_clocks(fn: Callable[[], Any]) -> tuple[Optional[float], Optional[float]]:
+    """(SM clock, max SM clock) in MHz, read through NVML (measure/telemetry.py) while a few calls of
+    `fn` are queued, so the card is busy when it is read; (None, None) where NVML has no answer."""
+    import torch
+
+    from operatorx.measure.telemetry import Telemetry
+
+    try:
+        reader = Telemetry.for_torch_device(torch.cuda.current_device())
+        for _ in range(10):         # ~14 ms of H200 bf16 GEMMs queued: longer than the few NVML reads
+            fn()
+        reading = reader.sample()
+    except Exception:  # noqa: BLE001 - the clock is a note on the peaks, never a reason to lose them
+        reading = {}
+    torch.cuda.synchronize()
+
+    def mhz(value: Any) -> Optional[float]:
+        return float(value) if isinstance(value, (int, float)) and value > 0 else None
+    return mhz(reading.get("sm_clock_mhz")), mhz(reading.get("max_sm_clock_mhz"))
+
+
 def _best_ms(fn: Callable[[], Any]) -> float:
     """Milliseconds per call of `fn`: warmed up, then the best of `_REPEATS` CUDA-event-timed runs
     of back-to-back calls, each about `_TARGET_MS` long."""
@@ -296,7 +345,8 @@ def _copy_gbps(nbytes: int) -> float:
 
 def measure_peaks(shapes: tuple[tuple[int, int, int], ...] = GEMM_SHAPES,
                   copy_bytes: int = COPY_BYTES) -> MeasuredPeaks:
-    """Measure the current CUDA device's bf16 and fp8 GEMM peaks and its copy bandwidth (1-2 s).
+    """Measure the current CUDA device's bf16 and fp8 GEMM peaks and its copy bandwidth (2-3 s, 1 s of
+    it the warmup that brings an idle card's clocks up).
     A class that cannot run (no fp8 on the card, out of memory) is left out and noted."""
     import torch
 
@@ -305,6 +355,15 @@ def measure_peaks(shapes: tuple[tuple[int, int, int], ...] = GEMM_SHAPES,
     best_shapes: dict[str, str] = {}
     notes: list[str] = []
     free, _ = torch.cuda.mem_get_info()
+    warm_s: Optional[float] = None
+    clock: tuple[Optional[float], Optional[float]] = (None, None)
+    try:
+        first = _gemm_call("bf16", *shapes[0])
+        warm_s = round(_warm(first, torch.cuda.synchronize, WARM_S)[1], 3)
+        clock = _sm_clocks(first)
+        del first
+    except Exception as err:  # noqa: BLE001 - measured cold is still measured; the note says so
+        notes.append(f"warmup: {type(err).__name__}: {str(err).strip().splitlines()[0][:200] if str(err) else ''}")
     for kind in ("bf16", "fp8"):
         if kind == "fp8" and not hasattr(torch, "_scaled_mm"):
             notes.append("fp8: this torch has no _scaled_mm")
@@ -326,4 +385,5 @@ def measure_peaks(shapes: tuple[tuple[int, int, int], ...] = GEMM_SHAPES,
     torch.cuda.empty_cache()        # the worker's memory watch and the cases get the memory back
     return MeasuredPeaks(tflops=tflops, memory_gbps=memory_gbps, best_shapes=best_shapes,
                          measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                         seconds=round(time.perf_counter() - t0, 3), notes=notes)
+                         seconds=round(time.perf_counter() - t0, 3), notes=notes, warm_s=warm_s,
+                         sm_clock_mhz=clock[0], max_sm_clock_mhz=clock[1])
