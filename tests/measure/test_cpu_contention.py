@@ -180,7 +180,10 @@ def test_cpu_clock_control_on_a_pinned_cpu_flags_nothing(judged: list[tuple[int,
     assert d["cpu_contended"] is False and d["contended_samples_kept"] == 0 and "cpu_contended_why" not in d
     assert len(judged) == len(m.samples_us) + d["contended_samples_dropped"]
     no_false_flags(judged, 200)                  # what a busy CI machine did to a sample, if anything, was real
-    assert 200 <= m.summary["median"] < 220
+    # the call's 200 µs of CPU plus at most 5% run-queue wait in a clean sample and the clock reads;
+    # 30% is room for what the kernel does not book as a wait (interrupts, a hypervisor's steal) on
+    # a shared 2-core machine, and far under a sample that waited for a hogged CPU (2-4x the call)
+    assert 200 <= m.summary["median"] < 1.3 * 200
 
 
 @linux_only
@@ -212,6 +215,47 @@ def test_cpu_clock_all_contended_keeps_the_number_and_flags_it(prefer_schedstat:
     assert d["cpu_wait_fraction"] > 0.3
 
 
+def plant_judgements(monkeypatch: pytest.MonkeyPatch, clean_first: int) -> list[bool]:
+    """Judge the first `clean_first` samples clean and every later one contended (the real judgement
+    runs too, for its counts): a machine taken over by another process partway through a case."""
+    flags: list[bool] = []
+    judge = ContentionProbe.judge
+
+    def planted(self: ContentionProbe, wall_ns: int, before: CpuStamp, after: CpuStamp) -> tuple[bool, int]:
+        _, lost = judge(self, wall_ns, before, after)
+        flags.append(len(flags) >= clean_first)
+        return flags[-1], max(lost, wall_ns // 2) if flags[-1] else lost
+    monkeypatch.setattr(ContentionProbe, "judge", planted)
+    return flags
+
+
+@pytest.mark.parametrize("clean_first", [1, 3])
+def test_cpu_clock_with_fewer_clean_samples_than_min_samples_keeps_all_and_flags_it(
+        monkeypatch: pytest.MonkeyPatch, clean_first: int) -> None:
+    flags = plant_judgements(monkeypatch, clean_first)
+    settings = clock_settings(max_time_s=0.1, timeout_s=0.3)
+    m = HostClockTiming(settings).measure(cpu_work(200))
+    d = m.details
+    n = len(flags)
+    # the number is from every sample, not from the clean few, and the row says so
+    assert len(m.samples_us) == n >= settings.min_samples > clean_first
+    assert d["contended_samples_kept"] == n - clean_first and d["contended_samples_dropped"] == 0
+    assert d["cpu_contended"] is True
+    assert d["cpu_contended_why"].startswith(f"{n - clean_first} of the {n} samples the number is taken from")
+    few = f"only {clean_first} clean sample{' was' if clean_first == 1 else 's were'} left, fewer than min_samples (5)"
+    assert few in d["cpu_contended_why"], d["cpu_contended_why"]
+    # the stop reason is the one all the samples reached: time_cap and max_samples promise >= min_samples
+    assert m.stop_reason in ("time_cap", "max_samples")
+
+
+def test_cpu_clock_with_enough_clean_samples_drops_the_contended_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    flags = plant_judgements(monkeypatch, 5)        # exactly min_samples clean: the number is theirs alone
+    m = HostClockTiming(clock_settings(max_time_s=0.1, timeout_s=0.3)).measure(cpu_work(200))
+    d = m.details
+    assert len(m.samples_us) == 5 and d["contended_samples_kept"] == 0
+    assert d["contended_samples_dropped"] == len(flags) - 5 and m.stop_reason in ("time_cap", "max_samples")
+
+
 # --- host time of a Python call (HostTiming, `run --host`) -------------------------------------
 
 @linux_only
@@ -224,7 +268,9 @@ def test_host_time_control_flags_nothing(judged: list[tuple[int, bool]]) -> None
     assert len(timed) == 11 + d["preempt_retries"] and d["contended_batches_dropped"] == sum(c for _, c in timed)
     no_false_flags(timed, 20 * 20)               # a flagged batch (a busy CI machine) really lost time
     assert len(m.samples_us) == 11 - d["rounds_dropped"] >= 8
-    assert 20 <= m.summary["median"] < 23
+    # 20 µs of CPU per call plus the loop's own cost per call and the 5% a clean batch may wait, with
+    # room for a shared 2-core machine; a batch that queued behind another process runs 2-4x the call
+    assert 20 <= m.summary["median"] < 1.5 * 20
 
 
 @linux_only

@@ -131,11 +131,14 @@ class ContentionCount:
         """Run-queue wait (fallback: wall time off the CPU) over the wall time of all judged samples."""
         return self.lost_ns / self.wall_ns if self.wall_ns > 0 else None
 
-    def details(self, unit: str, dropped: int, kept: int, in_number: int) -> dict[str, Any]:
+    def details(self, unit: str, dropped: int, kept: int, in_number: int,
+                no_clean_set: Optional[str] = None) -> dict[str, Any]:
         """The row's fields (`unit` is "samples" or "batches"), and why when the number is not clean.
 
         `dropped`: contended samples left out of the number; `kept`: contended samples in it (there
-        was no clean set to report); `in_number`: samples the number is taken from."""
+        was no clean set to report); `in_number`: samples the number is taken from; `no_clean_set`:
+        why the clean ones alone could not give the number, in words, where it is not that there
+        were none (the host clock: fewer than `min_samples`)."""
         out: dict[str, Any] = {"contention_signal": self.signal, f"contended_{unit}_dropped": dropped,
                                f"contended_{unit}_kept": kept, "cpu_wait_fraction": self.wait_fraction,
                                "cpu_contended": self.mostly_contended or kept > 0}
@@ -143,9 +146,9 @@ class ContentionCount:
                 f"{CONTENDED_WAIT_FRACTION:.0%} of their wall time, {self.signal}")
         if kept > 0:
             which = f"all {kept}" if kept == in_number else f"{kept} of the {in_number}"
-            out["cpu_contended_why"] = (f"{which} {unit} the number is taken from lost the CPU ({what}) and no clean "
-                                        "set was left: the number is kept but includes waiting for a CPU on a busy "
-                                        "machine")
+            left = no_clean_set or "no clean set was left"
+            out["cpu_contended_why"] = (f"{which} {unit} the number is taken from lost the CPU ({what}) and {left}: "
+                                        "the number is kept but includes waiting for a CPU on a busy machine")
         elif out["cpu_contended"]:
             out["cpu_contended_why"] = (f"{self.contended} of {self.samples} {unit} taken lost the CPU ({what}) and "
                                         "were dropped: the machine was busy; the number is from the clean ones")

@@ -10,10 +10,12 @@ is simply: the process's threads spent more than 5% of the sample's wall time wa
 queue (schedstat), or, without schedstat, used less than one CPU's worth of it.
 
 A contended sample is dropped and counted (`contended_samples_dropped`), as a starved GPU call is;
-the stopping rule counts only clean samples, while the time budget counts them all. When no
-sample was clean, the contended ones are kept, counted (`contended_samples_kept`) and the row is
-flagged (`cpu_contended`, `cpu_contended_why`): the number is what was seen, never passed off as
-clean. A measurement whose samples were mostly contended is flagged too, with its counts.
+the stopping rule counts only clean samples, while the time budget counts them all. When the budget
+ends with fewer clean samples than `min_samples` (none, or a few: a number from one clean sample
+would be reported under a stop reason that promises at least `min_samples`), every sample is kept,
+the contended ones counted (`contended_samples_kept`), the stop reason is the one of all samples,
+and the row is flagged (`cpu_contended`, `cpu_contended_why`): the number is what was seen, never
+passed off as clean. A measurement whose samples were mostly contended is flagged too, with its counts.
 """
 
 from __future__ import annotations
@@ -71,11 +73,18 @@ class HostClockTiming:
                     # a machine that never frees the CPU must not keep the case sampling forever
                     spent = stop_reason(every_us, elapsed, s)
                     reason = spent if spent != "noise_target" else None
-        samples_us = clean_us or contended_us
-        kept = 0 if clean_us else len(contended_us)
+        samples_us = clean_us
+        if len(clean_us) < s.min_samples:
+            # too few clean samples for the stopping rule's promise: the number is from all of them,
+            # contended ones included and flagged, and the reason is the one all of them reached
+            samples_us = every_us
+            reason = stop_reason(every_us, elapsed, s) or reason
+        kept = len(contended_us) if samples_us is every_us else 0
+        few = (f"only {len(clean_us)} clean {'sample was' if len(clean_us) == 1 else 'samples were'} left, fewer "
+               f"than min_samples ({s.min_samples})") if clean_us else None
         details: dict[str, Any] = {"l2_state": "n/a (cpu)", "spin": False,
                                    **count.details("samples", dropped=len(contended_us) - kept, kept=kept,
-                                                   in_number=len(samples_us))}
+                                                   in_number=len(samples_us), no_clean_set=few)}
         return Measurement(method=self.method, clock="host", samples_us=samples_us,
                            summary=summarize(samples_us), warmup_calls=calls, warmup_s=warm_s,
                            stop_reason=reason, details=details)
