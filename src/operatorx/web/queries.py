@@ -102,6 +102,12 @@ class RooflinePage:
     datasheet_tflops: dict[str, float] = field(default_factory=dict)
     """The datasheet ceilings, only where measured ones differ from them (drawn dotted beside)."""
     datasheet_memory_gbps: Optional[float] = None
+    compute_measured: dict[str, bool] = field(default_factory=dict)
+    """By compute class: whether its compute ceiling is this GPU's measured one (the rows'
+    `peak.measured_tflops`); a class the calibration does not measure (fp16, fp32) has the datasheet's
+    even where the memory ceiling is measured."""
+    memory_measured: bool = False
+    """Whether the memory ceiling is this GPU's measured one (the rows' `peak.measured_memory_gbps`)."""
 
 
 @dataclass(frozen=True)
@@ -208,6 +214,8 @@ class Queries:
         doc = self.document(summary)
         points = [r for r in self.rows(summary) if r.status == "ok" and r.tflops and r.intensity]
         compute: dict[str, float] = {}
+        compute_measured: dict[str, bool] = {}
+        memory_measured = False
         datasheet: dict[str, float] = {}
         memory: Optional[float] = None
         datasheet_memory: Optional[float] = None
@@ -218,13 +226,16 @@ class Queries:
                 continue
             cls = str(peak.get("compute_class") or "peak")
             sheet_tf, sheet_bw = _number(peak.get("tflops")), _number(peak.get("memory_gbps"))
-            tf = _number(peak.get("measured_tflops")) or sheet_tf
-            bw = _number(peak.get("measured_memory_gbps")) or sheet_bw
+            measured_tf, measured_bw = _number(peak.get("measured_tflops")), _number(peak.get("measured_memory_gbps"))
+            tf = measured_tf or sheet_tf
+            bw = measured_bw or sheet_bw
             if tf is not None:
                 compute[cls] = tf
+                compute_measured[cls] = measured_tf is not None
             if sheet_tf is not None:
                 datasheet[cls] = sheet_tf
-            memory = bw if bw is not None else memory
+            if bw is not None:
+                memory, memory_measured = bw, measured_bw is not None
             datasheet_memory = sheet_bw if sheet_bw is not None else datasheet_memory
             source = str(peak.get("source") or "") or source
         device = doc.get("run", {}).get("device") or {}
@@ -232,11 +243,13 @@ class Queries:
             peaks = peaks_for(str(device.get("name") or ""))
             if peaks is not None:
                 compute, memory, source = dict(peaks.tflops), peaks.memory_gbps, peaks.source
+                compute_measured, memory_measured = {cls: False for cls in compute}, False
                 datasheet, datasheet_memory = dict(compute), memory
         measured = compute != datasheet or memory != datasheet_memory
         return RooflinePage(run=summary, points=points, compute_tflops=clean(compute), memory_gbps=memory,
                             peak_source=clean(source), datasheet_tflops=clean(datasheet) if measured else {},
-                            datasheet_memory_gbps=datasheet_memory if measured else None)
+                            datasheet_memory_gbps=datasheet_memory if measured else None,
+                            compute_measured=clean(compute_measured), memory_measured=memory_measured)
 
     def case(self, run: str, index: int) -> tuple[RunSummary, dict[str, Any]]:
         summary = self.resolve(run)

@@ -118,7 +118,8 @@ def render_shape(runs: list[tuple[RunSummary, list[dict[str, Any]]]], links: Lin
 def render_roofline(page: RooflinePage, links: Links) -> str:
     data = {"page": "roofline", "run": page.run.to_json(), "points": _rows_json(page.points),
             "compute_tflops": page.compute_tflops, "memory_gbps": page.memory_gbps, "source": page.peak_source,
-            "datasheet_tflops": page.datasheet_tflops, "datasheet_memory_gbps": page.datasheet_memory_gbps}
+            "datasheet_tflops": page.datasheet_tflops, "datasheet_memory_gbps": page.datasheet_memory_gbps,
+            "compute_measured": page.compute_measured, "memory_measured": page.memory_measured}
     return _page("roofline.html", links, f"Roofline {page.run.id}", data, [page.run.id], run=page.run,
                  page_data=page, plots=True)
 

@@ -21,14 +21,20 @@
     const knees = Object.values(data.compute_tflops || {}).filter(tf => bw && tf).map(tf => tf * 1000 / bw);
     const xs = shown.map(p => p.intensity);
     const lo = Math.min(...xs, ...knees, 1) / 2, hi = Math.max(...xs, ...knees, 1000) * 2;
-    const measured = (data.source || "").includes("measured");
+    // each ceiling says which of its two parts is this GPU's measured one: a class the calibration does
+    // not measure (fp16, fp32) keeps its datasheet compute under a measured memory roof
+    const computeMeasured = data.compute_measured || {};
+    const label = cls => {
+      const c = !!computeMeasured[cls], m = !!data.memory_measured;
+      return c && m ? "ceiling (measured)" : c ? "ceiling (compute measured)" : m ? "ceiling (memory measured)" : "ceiling";
+    };
     const ceiling = (cls, tf, gbps, what, dash) => {
       const knee = tf * 1000 / gbps;                       // FLOP/B where bandwidth meets compute
       traces.push({ type: "scatter", mode: "lines", name: ptext(`${cls} ${what} ${tf.toFixed(0)} TFLOP/s, ${gbps.toFixed(0)} GB/s`),
         x: [lo, knee, hi], y: [lo * gbps / 1000, tf, tf], line: { dash }, hoverinfo: "name" });
     };
     for (const [cls, tf] of Object.entries(data.compute_tflops || {})) {
-      if (bw && tf) ceiling(cls, tf, bw, measured ? "ceiling (measured)" : "ceiling", "dash");
+      if (bw && tf) ceiling(cls, tf, bw, label(cls), "dash");
     }
     const dbw = data.datasheet_memory_gbps || bw;          // measured ceilings: the datasheet's beside, dotted
     for (const [cls, tf] of Object.entries(data.datasheet_tflops || {})) {
