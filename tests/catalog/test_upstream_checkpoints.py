@@ -225,3 +225,24 @@ def test_a_sweep_pick_the_catalog_lacks_is_refused(monkeypatch):
     monkeypatch.setitem(testlists.MOE_SWEEP, "glm-5", "zai-org/GLM-9")
     with pytest.raises(CatalogError, match="zai-org/GLM-9"):
         testlists._sweep_picks()
+
+
+def test_a_sweep_key_that_is_no_moe_family_is_refused(monkeypatch):
+    # a misspelt family would otherwise sweep its pick and the family's first data file both
+    monkeypatch.setitem(testlists.MOE_SWEEP, "glm5", "zai-org/GLM-5")
+    with pytest.raises(CatalogError, match="MOE_SWEEP key 'glm5' is no MoE checkpoint family") as err:
+        testlists._sweep_picks()
+    assert "glm-5" in str(err.value) and "\n" not in str(err.value)       # the known families, on one line
+
+
+def test_a_sweep_pick_of_another_family_is_refused(monkeypatch):
+    monkeypatch.setitem(testlists.MOE_SWEEP, "glm-5", "moonshotai/Kimi-K2-Instruct")
+    with pytest.raises(CatalogError, match="MOE_SWEEP key 'glm-5' names moonshotai/Kimi-K2-Instruct, a "
+                                           "checkpoint of family 'kimi-k2'"):
+        testlists._sweep_picks()
+
+
+def test_every_shipped_sweep_key_is_the_family_of_its_pick():
+    family_of = {c.id: c.family for c in load_catalog() if c.arch.is_moe}
+    assert {family_of[pick] for pick in testlists.MOE_SWEEP.values()} == set(testlists.MOE_SWEEP)
+    assert testlists._sweep_picks() >= set(testlists.MOE_SWEEP.values())

@@ -40,7 +40,8 @@ class Checkpoint:
     schemes: dict[str, RoleSchemes]
     scheme_checkpoints: dict[str, str]
     moe_routing_sweep: bool = False
-    #: GEMM role groups left out on purpose (group name -> why), never produced for this checkpoint.
+    #: Names of the GEMM role groups left out on purpose, never produced for this checkpoint. Only the
+    #: names: each one's reason stays in the data file's `not_produced` map, where parsing requires it.
     not_produced: tuple[str, ...] = ()
 
     def source_id(self, scheme: str) -> str:

@@ -104,9 +104,18 @@ def _sweep_picks() -> set[str]:
     """The checkpoint id swept over SWEEP_TOKENS in each MoE family."""
     moe = [c for c in load_catalog() if c.arch.is_moe]
     ids = {c.id for c in moe}
+    families = sorted({c.family for c in moe})
+    for family in MOE_SWEEP:        # a renamed or misspelt family would add a second pick, not replace the first
+        if family not in families:
+            raise CatalogError(f"MOE_SWEEP key '{family}' is no MoE checkpoint family of the catalog; "
+                               f"the families are: {', '.join(families)}")
     unknown = sorted(i for i in MOE_SWEEP.values() if i not in ids)
     if unknown:
         raise CatalogError(f"MOE_SWEEP names checkpoints the catalog has no MoE data file for: {unknown}")
+    family_of = {c.id: c.family for c in moe}
+    for family, pick in MOE_SWEEP.items():
+        if family_of[pick] != family:
+            raise CatalogError(f"MOE_SWEEP key '{family}' names {pick}, a checkpoint of family '{family_of[pick]}'")
     picks: dict[str, str] = dict(MOE_SWEEP)
     for ckpt in moe:
         picks.setdefault(ckpt.family, ckpt.id)
