@@ -124,8 +124,9 @@ class TimingInfo(OpenPart):
         "host clock: samples whose run-queue wait exceeded 5% of their wall time (another process had the "
         "CPU): dropped, like starved GPU calls", "samples")
     contended_samples_kept: Optional[int] = doc(
-        "host clock: contended samples kept because none was clean; then `cpu_contended` is true and the "
-        "number includes waiting for a CPU", "samples")
+        "host clock: contended samples kept because fewer than `min_samples` were clean (none, or a few): the "
+        "number is then from all samples, `cpu_contended` is true and the number includes waiting for a CPU",
+        "samples")
     cpu_wait_fraction: Optional[float] = doc(
         "host clock: run-queue wait (fallback: time off the CPU) over the wall time of all timed samples, "
         "dropped ones included; above 1 when several of the call's threads waited at once", "fraction")
