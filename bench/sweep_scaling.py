@@ -56,6 +56,32 @@ def _where_time_goes(rows: list) -> None:
               f"latency {r.latency_us or 0:.1f} us")
 
 
+def _card(row) -> str | None:
+    """Which GPU timed the row (its PCI bus id, else its index)."""
+    w = row.worker
+    return None if w is None else (w.pci_bus_id or (None if w.index is None else f"gpu{w.index}"))
+
+
+def _agreement(base_ok: dict, rows: list, what: str, label: str) -> None:
+    """|relative difference| of each case ok in both runs, against the two rows' combined noise."""
+    diffs, beyond = [], 0
+    for r in rows:
+        b = base_ok.get(r.key()[0])
+        if r.status != "ok" or b is None or not b.measured or not r.measured:
+            continue
+        x, y = (b.latency_us, r.latency_us) if what == "span" else (b.measured.busy_us, r.measured.busy_us)
+        if not x or not y:
+            continue
+        rel = y / x - 1
+        noise = (b.measured.noise or 0) + (r.measured.noise or 0)
+        diffs.append(abs(rel))
+        beyond += abs(rel) > max(noise, 0.01)
+    diffs.sort()
+    if diffs:
+        print(f"  {what} ({label}): {len(diffs)} cases; |diff| median {100 * diffs[len(diffs) // 2]:.2f}%, "
+              f"p95 {100 * diffs[int(0.95 * (len(diffs) - 1))]:.2f}%; {beyond} beyond max(noise, 1%)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--testlist", default="gemm")
@@ -79,22 +105,11 @@ def main() -> None:
     for other in results[1:]:
         print(f"--gpus {other['gpus']} vs {base['gpus']}: {other['cases_per_s'] / base['cases_per_s']:.2f}x the rate")
         for what in ("span", "busy"):
-            diffs, beyond = [], 0
-            for r in other["rows"]:
-                b = base_ok.get(r.key()[0])
-                if r.status != "ok" or b is None or not b.measured or not r.measured:
-                    continue
-                x, y = (b.latency_us, r.latency_us) if what == "span" else (b.measured.busy_us, r.measured.busy_us)
-                if not x or not y:
-                    continue
-                rel = y / x - 1
-                noise = (b.measured.noise or 0) + (r.measured.noise or 0)
-                diffs.append(abs(rel))
-                beyond += abs(rel) > max(noise, 0.01)
-            diffs.sort()
-            if diffs:
-                print(f"  {what}: {len(diffs)} cases; |diff| median {100 * diffs[len(diffs) // 2]:.2f}%, "
-                      f"p95 {100 * diffs[int(0.95 * (len(diffs) - 1))]:.2f}%; {beyond} beyond max(noise, 1%)")
+            _agreement(base_ok, other["rows"], what, "all")
+            cards = sorted({_card(r) for r in other["rows"]} - {None})
+            if len(cards) > 1:          # same card as the base run vs another card: run-to-run vs card-to-card
+                for card in cards:
+                    _agreement(base_ok, [r for r in other["rows"] if _card(r) == card], what, f"timed on {card}")
     if args.json:
         args.json.write_text(json.dumps([{k: v for k, v in r.items() if k != "rows"} for r in results], indent=1))
 
