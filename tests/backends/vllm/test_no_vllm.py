@@ -93,3 +93,15 @@ def test_router_hook_forces_ids_and_records() -> None:
     w, ids = hook(None, None)
     assert ids.dtype == torch.int32 and ids.tolist() == [[5, 6], [7, 8]]
     assert hook.seen is not None and hook.seen["router_ids"].tolist() == [[0, 1], [2, 3]]
+
+
+def test_a_missing_package_of_a_quant_config_is_unsupported_with_how_to_install_it() -> None:
+    from operatorx.backends.base import Unsupported
+    from operatorx.backends.vllm.env import build_quant_config
+    from operatorx.backends.vllm.quant_map import QuantConfigSpec
+
+    spec = QuantConfigSpec(module="vllm.x", cls="CompressedTensorsConfig", config={},
+                           requires=("operatorx_no_such_pkg",))
+    with pytest.raises(Unsupported, match=r"needs the 'operatorx_no_such_pkg' package.*"
+                                          r"pip install operatorx-no-such-pkg"):
+        build_quant_config(spec)

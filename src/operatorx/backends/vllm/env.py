@@ -83,7 +83,8 @@ def build_quant_config(spec: Optional[QuantConfigSpec]) -> Any:
 
     for pkg in spec.requires:
         if importlib.util.find_spec(pkg) is None:
-            raise Unsupported(f"{spec.cls} needs the {pkg!r} package, which is not installed next to vLLM")
+            raise Unsupported(f"{spec.cls} needs the {pkg!r} package, which is not installed next to vLLM "
+                              f"(pip install {pkg.replace('_', '-')})")
     module = importlib.import_module(spec.module)
     cls = getattr(module, spec.cls)
     return cls.from_config(dict(spec.config))
