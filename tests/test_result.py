@@ -173,7 +173,7 @@ class _FixedTimer:
     method = "fixed_for_test"
     flusher = None
 
-    def measure(self, fn, pause_s=0.0):
+    def measure(self, fn, pause_s=0.0, give_up=None):
         from operatorx.measure import Measurement
         from operatorx.measure.stats import summarize
 

@@ -101,6 +101,9 @@ class TimingInfo(OpenPart):
                                          "kept open by the worker) or `kineto` (one torch.profiler session per "
                                          "batch: without cupti-python, or with `--trace`)")
     activity_fallback: Optional[str] = doc("why this process recorded with Kineto, when it did")
+    activity_api_calls: Optional[str] = doc("which CUDA API calls CUPTI recorded: `launches` (only those that put "
+                                            "work on the GPU, the default) or `all` (`OPERATORX_CUPTI_API=all`, or "
+                                            "a CUPTI before 12.6 that cannot filter)")
     phases: Optional[TimingPhases] = doc("where the kept attempt's seconds went")
     activity_records_dropped: Optional[int] = doc("device records CUPTI delivered incomplete or undecodable: a "
                                                   "call may have lost a kernel from its span", "count")
@@ -159,7 +162,8 @@ class Measured(Part):
                                   "calls that lost the CPU, are dropped and counted in `timing`", "µs")
     warmup: Optional[Warmup] = doc("calls and seconds before timing")
     stop_reason: Optional[str] = doc("`noise_target`, `time_cap`, `max_samples`, `timeout` (`batches` for host "
-                                     "time)")
+                                     "time); `capped`: an attempt cut short because the GPU was capped, kept only "
+                                     "when its retry failed")
     timing: Optional[TimingInfo] = doc("the settings used, plus what the timer saw")
 
     @property
@@ -231,8 +235,11 @@ class Telemetry(OpenPart):
     """NVML (or amdsmi) readings inside the kept attempt's timed window (measure/telemetry.py)."""
 
     available: Optional[bool] = doc("whether the GPU could be read at all")
-    capped: Optional[bool] = doc("a power/thermal reason with the SM clock under the capped fraction")
+    capped: Optional[bool] = doc("at least a tenth of the timed window's readings showed a power/thermal reason "
+                                 "with the SM clock under the capped fraction (`capped_readings` counts them)")
     capping_reasons: Optional[list[str]] = doc("the reasons seen, by name")
+    readings: Optional[int] = doc("readings inside the timed window", "count")
+    capped_readings: Optional[int] = doc("readings that showed the cap (reason and lower clock)", "count")
     sm_clock_mhz: Optional[dict[str, Any]] = doc("SM clock `min`/`p50`/`max`", "MHz")
     mem_clock_mhz: Optional[dict[str, Any]] = doc("memory clock `min`/`p50`/`max`", "MHz")
     power_w: Optional[dict[str, Any]] = doc("board power `min`/`p50`/`max`", "W")
@@ -241,13 +248,15 @@ class Telemetry(OpenPart):
     attempts: Optional[list[dict[str, Any]]] = doc("every attempt in brief (`latency_us`, `pause_s`, `capped`, "
                                                    "`converged`, `kept`): a capped attempt is retried with pauses "
                                                    "as long as the call (at least 2 ms), doubling, until one is "
-                                                   "uncapped or two paused attempts agree (`converged`)")
+                                                   "uncapped or two paused attempts agree (`converged`); an "
+                                                   "attempt with a retry after it stops as soon as it shows the "
+                                                   "cap (`stop_reason: capped`)")
 
 
 class Conditions(Part):
     telemetry: Optional[Telemetry] = doc("the GPU's clocks, power and temperature while it was timed")
-    capped: Optional[bool] = doc("the kept attempt ran under a power or thermal cap (SM clock < 98.5% of max "
-                                 "with such a reason): its number describes the cap")
+    capped: Optional[bool] = doc("the kept attempt ran under a power or thermal cap (a tenth of its readings or "
+                                 "more: SM clock < 98.5% of max with such a reason): its number describes the cap")
 
 
 # --- what ran -------------------------------------------------------------------------------------

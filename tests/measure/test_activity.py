@@ -52,12 +52,32 @@ class Kernel:
     dynamic_shared_memory: int = 200_000
 
 
+class RuntimeCbid(enum.IntEnum):
+    INVALID = 0
+    cudaGetDevice_v3020 = 1
+    cudaLaunchKernel_v7000 = 2
+    cudaGraphAddMemcpyNode_v10000 = 3
+    _Runtime_api_trace_cbid__cudaLaunchKernel_v13000 = 4
+    SIZE = 5
+
+
+class DriverCbid(enum.IntEnum):
+    INVALID = 0
+    cuCtxGetCurrent = 1
+    cuLaunchKernelEx = 2
+    cuMemsetD8Async = 3
+    SIZE = 4
+
+
 class FakeCupti:
     """A host clock that ticks 10 ns per read, and a GPU that runs each launch 1 µs after the last."""
 
     ActivityKind = Kind
+    runtime_api_trace_cbid = RuntimeCbid
+    driver_api_trace_cbid = DriverCbid
 
     def __init__(self) -> None:
+        self.api_off: set[tuple[str, int]] = set()
         self.t = 1_000
         self.corr = 0
         self.gpu_t = 1_000_000
@@ -74,6 +94,14 @@ class FakeCupti:
 
     def activity_enable(self, kind) -> None:
         self.enabled.add(int(kind))
+
+    def activity_enable_runtime_api(self, cbid: int, enable: int) -> None:
+        assert 0 < cbid < RuntimeCbid.SIZE, cbid            # the enum's bounds are not calls
+        self.api_off.add(("runtime", cbid)) if not enable else self.api_off.discard(("runtime", cbid))
+
+    def activity_enable_driver_api(self, cbid: int, enable: int) -> None:
+        assert 0 < cbid < DriverCbid.SIZE, cbid
+        self.api_off.add(("driver", cbid)) if not enable else self.api_off.discard(("driver", cbid))
 
     def activity_disable(self, kind) -> None:
         self.enabled.discard(int(kind))
@@ -206,3 +234,33 @@ def test_trace_runs_switch_to_kineto_and_pause_the_open_cupti_session(fake):
     activity.use_kineto("--trace")
     assert fake.enabled == set() and isinstance(activity.activity_session(), activity.KinetoSession)
     assert activity.fallback_reason() == "--trace"
+
+
+def test_only_api_calls_that_launch_device_work_are_recorded(fake):
+    """Attribution needs each kernel's launch record and nothing else; the other calls (torch makes
+    many) would each be a record to decode and host time inside the timed loop."""
+    session = activity.activity_session()
+    assert isinstance(session, activity.CuptiSession) and session.api_filter
+    assert fake.api_off == {("runtime", RuntimeCbid.cudaGetDevice_v3020),
+                            ("runtime", RuntimeCbid.cudaGraphAddMemcpyNode_v10000),
+                            ("driver", DriverCbid.cuCtxGetCurrent)}
+
+
+def test_every_api_call_is_recorded_when_asked_or_when_cupti_cannot_filter(fake, monkeypatch):
+    monkeypatch.setenv(activity.API_ENV, "all")
+    session = activity.activity_session()
+    assert isinstance(session, activity.CuptiSession) and not session.api_filter and fake.api_off == set()
+    monkeypatch.delenv(activity.API_ENV)
+    monkeypatch.setattr(activity, "_session", None)
+    monkeypatch.delattr(FakeCupti, "activity_enable_driver_api")        # a CUPTI before 12.6
+    session = activity.activity_session()
+    assert isinstance(session, activity.CuptiSession) and not session.api_filter
+
+
+@pytest.mark.parametrize("name, launches", [
+    ("cudaLaunchKernel_v7000", True), ("_Runtime_api_trace_cbid__cudaLaunchKernel_v13000", True),
+    ("cudaGraphLaunch_v10000", True), ("cuLaunchKernelEx", True), ("cuMemcpyDtoDAsync_v2", True),
+    ("cudaMemsetAsync_v3020", True), ("cudaGraphAddMemsetNode_v10000", False),
+    ("cudaStreamIsCapturing_v10000", False), ("cuCtxGetCurrent", False)])
+def test_which_calls_launch_device_work(name, launches):
+    assert activity.launches_device_work(name) is launches

@@ -101,3 +101,25 @@ def test_a_long_call_starts_with_min_samples_and_no_batch_overruns_the_cap():
     assert kt._next_batch(noisy, s, 10, call_s=20e-6, left_s=0.5) == 512     # noise asks for many: the cap
     assert kt._first_batch(TimingSettings(timeout_s=30.0), call_s=5.0) == 6   # 5 s calls: what fits in the timeout
     assert kt._first_batch(TimingSettings(timeout_s=30.0), call_s=60.0) == 1  # never fewer than one
+
+
+def test_a_capped_attempt_stops_after_the_batch_that_showed_it(scripted):
+    """measure/retry.py asks each batch whether the telemetry already shows the attempt capped."""
+    seen = scripted(lambda b, n: [_call(10_000 + 1_000 * b + 37 * i) for i in range(n)])   # would go on
+    asked: list[float] = []
+
+    def give_up(window_start_s: float) -> bool:
+        asked.append(window_start_s)
+        return len(asked) >= 2
+
+    m = _timer(noise_target=1e-6).measure(lambda: None, give_up=give_up)
+    assert m.stop_reason == "capped" and len(seen) == 2 and asked == [m.details["window_start_s"]] * 2
+
+
+def test_a_rested_attempt_rests_after_each_warmup_call_too(scripted, monkeypatch):
+    """Back-to-back warmup calls of a long GEMM would bring the cap back before the rested calls."""
+    scripted(lambda b, n: [_call(10_000) for _ in range(n)])
+    slept: list[float] = []
+    monkeypatch.setattr(time, "sleep", slept.append)
+    _timer().measure(lambda: None, pause_s=0.004)
+    assert slept[0] == 0.004                        # the one warmup call's rest, before any timed call's

@@ -14,20 +14,26 @@ class _Timer:
     """Attempt k reads `latencies[k]` µs and was capped when `capped[k]`; `None` as a latency makes
     that attempt raise."""
 
-    def __init__(self, latencies, capped):
+    def __init__(self, latencies, capped, honours_give_up=False):
         self.latencies, self.capped, self.pauses = list(latencies), list(capped), []
+        self.asked: list[bool] = []             # whether each attempt was given a way to stop early
+        self.honours_give_up = honours_give_up
 
-    def measure(self, fn, pause_s=0.0):
+    def measure(self, fn, pause_s=0.0, give_up=None):
         self.pauses.append(pause_s)
+        self.asked.append(give_up is not None)
         latency = self.latencies[len(self.pauses) - 1]
         if latency is None:
             raise NotMeasurable("every call was starved (planted)")
+        if self.honours_give_up and give_up is not None and give_up(0.0):
+            samples = [latency] * 3             # cut short after its first batch
+            return Measurement("fake", "device", samples, summarize(samples), 0, 0.0, "capped")
         samples = [latency] * 10
         return Measurement("fake", "device", samples, summarize(samples), 0, 0.0, "noise_target")
 
 
-def _run(monkeypatch, latencies, capped):
-    timer = _Timer(latencies, capped)
+def _run(monkeypatch, latencies, capped, honours_give_up=False):
+    timer = _Timer(latencies, capped, honours_give_up)
 
     class Sampler:
         """What the real sampler would say of the attempt the timer is in."""
@@ -44,6 +50,9 @@ def _run(monkeypatch, latencies, capped):
         def summary(self, since_s=None):
             c = timer.capped[self.k]
             return {"available": True, "capped": c, "capping_reasons": ["sw_power_cap"] if c else []}
+
+        def capped_since(self, since_s):
+            return timer.capped[self.k]
 
     monkeypatch.setattr(retry, "TelemetrySampler", Sampler)
     return retry.measure_with_retries(timer, lambda: None, None, SETTINGS), timer   # type: ignore[arg-type]
@@ -95,7 +104,7 @@ def test_attempts_too_short_to_know_their_noise_do_not_count_as_converged(monkey
     """Five samples give no confidence interval (noise inf): that is no licence to stop retrying."""
     timer = _Timer([12.0, 11.0, 10.0, 9.5], [True] * 4)
 
-    def five(fn, pause_s=0.0):
+    def five(fn, pause_s=0.0, give_up=None):
         timer.pauses.append(pause_s)
         samples = [timer.latencies[len(timer.pauses) - 1]] * 5
         return Measurement("fake", "device", samples, summarize(samples), 0, 0.0, "timeout")
@@ -115,6 +124,31 @@ def test_attempts_too_short_to_know_their_noise_do_not_count_as_converged(monkey
         def summary(self, since_s=None):
             return {"available": True, "capped": True, "capping_reasons": ["sw_power_cap"]}
 
+        def capped_since(self, since_s):
+            return True
+
     monkeypatch.setattr(retry, "TelemetrySampler", Sampler)
     done = retry.measure_with_retries(timer, lambda: None, None, SETTINGS)   # type: ignore[arg-type]
     assert len(done.attempts) == 4 and not any(a["converged"] for a in done.attempts)
+
+
+def test_every_attempt_but_the_last_may_stop_early_once_capped(monkeypatch):
+    """A capped attempt's number is not kept when a retry follows, so sampling it to the end
+    (up to max_time_s) is wasted; the last attempt has no retry after it and always runs in full."""
+    done, timer = _run(monkeypatch, [21_776.0, 19_350.0, 19_000.0, 19_227.0], [True] * 4, honours_give_up=True)
+    assert timer.asked == [True, True, True, False]
+    assert [a["stop_reason"] for a in done.attempts] == ["capped"] * 3 + ["noise_target"]
+    assert [a["kept"] for a in done.attempts] == [False, False, False, True]     # the full one, not the fastest
+    assert done.measurement.latency_us == 19_227.0 and done.telemetry["capped"]
+
+
+def test_a_cut_short_attempt_is_kept_only_when_no_full_one_exists(monkeypatch):
+    done, _ = _run(monkeypatch, [12.0, None], [True, False], honours_give_up=True)
+    assert done.attempts[0]["kept"] and done.attempts[0]["stop_reason"] == "capped"
+    assert done.measurement.latency_us == 12.0 and "starved (planted)" in done.attempts[1]["error"]
+
+
+def test_an_uncapped_retry_after_a_cut_short_attempt_ends_the_retries(monkeypatch):
+    done, timer = _run(monkeypatch, [9.0, 11.0], [True, False], honours_give_up=True)
+    assert len(done.attempts) == 2 and done.measurement.latency_us == 11.0 and not done.telemetry["capped"]
+    assert timer.pauses == [0.0, 0.002]

@@ -187,3 +187,26 @@ def test_only_readings_inside_the_timed_window_judge_the_attempt():
     assert not judged["capped"] and judged["readings_before_window"] >= 5
     late = sampler.summary(since_s=time.perf_counter() + 1)            # no reading inside: the last one stands in
     assert late["readings"] == 1 and not late["capped"]
+
+
+def test_a_stale_reading_or_two_do_not_make_a_long_window_capped():
+    """A rested retry often starts with a reading or two still showing the previous attempt's cap;
+    they cannot move a median over the window. A tenth of the readings can."""
+    window = [_reading(1400, "sw_power_cap")] + [_reading(1980)] * 19
+    one = summarize_readings(window, None, 0.985)
+    assert not one["capped"] and one["capped_readings"] == 1 and one["capping_reasons"] == ["sw_power_cap"]
+    two = summarize_readings([_reading(1400, "sw_power_cap")] * 2 + [_reading(1980)] * 18, None, 0.985)
+    assert two["capped"] and two["capped_readings"] == 2
+
+
+def test_capped_since_needs_three_readings_in_the_window_before_giving_up():
+    fake = FakeTelemetry(clock_mhz=1400, reasons=("sw_power_cap",))
+    sampler = TelemetrySampler(fake, period_s=0.002)                   # type: ignore[arg-type]
+    t0 = time.perf_counter()
+    sampler.readings = [{**fake.sample(), "t_s": t0 - 1}] * 5 + [{**fake.sample(), "t_s": t0 + 0.001}] * 2
+    assert not sampler.capped_since(t0)                                # two inside: too few to judge
+    sampler.readings.append({**fake.sample(), "t_s": t0 + 0.002})
+    assert sampler.capped_since(t0)
+    fake.clock_mhz, fake.reasons = 1980, []
+    sampler.readings += [{**fake.sample(), "t_s": t0 + 0.003}] * 30      # then at full clock for long
+    assert not sampler.capped_since(t0)

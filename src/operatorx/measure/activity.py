@@ -13,8 +13,11 @@ Without `cupti-python` (or where it cannot start) each batch is one torch.profil
 session, as before; rows say which source timed them (`timing.activity_source`). `--trace`
 exports need Kineto's trace writer, so a run with `--trace` uses Kineto throughout.
 
-CUPTI's API tracing adds host cost to every CUDA call while it is on. Anything that times the
-host or uses event pairs (`run --host`, `--timing events`) runs inside `activity_paused()`.
+CUPTI's API tracing adds host cost to every CUDA call while it is on. Only the API calls that put
+work on the GPU (kernel and graph launches, copies, sets) are recorded: attribution needs the
+launch record of each kernel and nothing else, and torch makes many more calls than it launches
+(`OPERATORX_CUPTI_API=all` records every call, to compare). Anything that times the host or uses
+event pairs (`run --host`, `--timing events`) runs inside `activity_paused()`.
 """
 
 from __future__ import annotations
@@ -35,14 +38,27 @@ from operatorx.measure.trace import (
     run_marked_loop,
 )
 
-__all__ = ["ACTIVITY_ENV", "ActivitySession", "CuptiSession", "KinetoSession", "activity_paused",
-           "activity_session", "fallback_reason", "use_kineto"]
+__all__ = ["ACTIVITY_ENV", "API_ENV", "ActivitySession", "CuptiSession", "KinetoSession", "activity_paused",
+           "activity_session", "fallback_reason", "launches_device_work", "use_kineto"]
 
 ACTIVITY_ENV = "OPERATORX_ACTIVITY"
 """`kineto` forces one torch.profiler session per batch; `cupti` requires cupti-python (an error if
 missing); unset: cupti-python when it starts, else Kineto."""
 
+API_ENV = "OPERATORX_CUPTI_API"
+"""`all` records every runtime and driver API call; unset or `launches`: only those that launch device work."""
+
 _BUFFER_BYTES = 8 << 20
+_LAUNCH_WORDS = ("Launch", "Memcpy", "Memset")
+_NOT_CALLS = ("INVALID", "SIZE", "FORCE_INT")      # the callback-id enums' bounds, not API calls
+
+
+def launches_device_work(cbid_name: str) -> bool:
+    """Whether a runtime or driver API (by its CUPTI callback-id name) can put a kernel, copy or set
+    on the GPU: its record is the one a device record's correlation id points at. Graph-building
+    calls (`...Node...`) do not run anything."""
+    name = cbid_name.rsplit("__", 1)[-1]        # '_Runtime_api_trace_cbid__cudaLaunchKernel_v13000'
+    return "Node" not in name and any(word in name for word in _LAUNCH_WORDS)
 
 
 class ActivitySession(Protocol):
@@ -135,6 +151,8 @@ class CuptiSession:
         self._device_kinds = {self._kernel_kind, self._memset_kind, self._memcpy_kind}
         self._kinds = [kinds.CONCURRENT_KERNEL, kinds.MEMSET, kinds.MEMCPY, kinds.RUNTIME, kinds.DRIVER]
         self._recording = False
+        self.api_filter = os.environ.get(API_ENV, "").strip().lower() != "all"
+        """Whether only the launching API calls are recorded (False: every call, or the CUPTI cannot filter)."""
         self.records_dropped = 0
         """Records skipped since the last batch: incomplete (no end time) or not decodable."""
         cupti.activity_register_callbacks(self._requested, self._completed)
@@ -211,7 +229,27 @@ class CuptiSession:
         if not self._on:
             for kind in self._kinds:
                 self._cupti.activity_enable(kind)
+            if self.api_filter:
+                self._filter_api_records()
             self._on = True
+
+    def _filter_api_records(self) -> None:
+        """Turn off the records of every API call that launches nothing (each one a record to decode,
+        and host time inside the timed loop). A CUPTI without per-call control records them all."""
+        cupti = self._cupti
+        pairs = (("runtime_api_trace_cbid", "activity_enable_runtime_api"),
+                 ("driver_api_trace_cbid", "activity_enable_driver_api"))
+        if not all(hasattr(cupti, a) and hasattr(cupti, b) for a, b in pairs):
+            self.api_filter = False                 # a CUPTI before 12.6 cannot filter: every call is recorded
+            return
+        try:
+            for enum_name, fn_name in pairs:
+                enable = getattr(cupti, fn_name)
+                for cbid in getattr(cupti, enum_name):
+                    if cbid.name not in _NOT_CALLS and not launches_device_work(cbid.name):
+                        enable(int(cbid), 0)
+        except Exception:  # noqa: BLE001 - a CUPTI that refuses a cbid: said in the rows, the run goes on
+            self.api_filter = False
 
     @property
     def on(self) -> bool:

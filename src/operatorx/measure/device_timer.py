@@ -12,7 +12,7 @@ __all__ = ["device_timer"]
 
 
 def device_timer(settings: TimingSettings, l2_bytes: Optional[int], sm_clock_hz: Optional[float]) -> Any:
-    """A timer with `.method`, `.flusher` and `.measure(fn, pause_s=0.0) -> Measurement`."""
+    """A timer with `.method`, `.flusher` and `.measure(fn, pause_s=0.0, give_up=None) -> Measurement`."""
     flusher = L2Flusher(settings.l2_state, l2_bytes, settings.flush_bytes)
     clock_hz = sm_clock_hz or 2.0e9
     if settings.mode == "events":

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Optional
 
 import torch
 
 from operatorx.measure.l2 import L2Flusher
-from operatorx.measure.loop import stop_reason, warmup
+from operatorx.measure.loop import GiveUp, capped_stop, stop_reason, warmup
 from operatorx.measure.measurement import Measurement
 from operatorx.measure.settings import TimingSettings
 from operatorx.measure.stats import summarize
@@ -48,15 +48,15 @@ class EventTiming:
             torch.cuda.synchronize()
         return worst
 
-    def measure(self, fn: Callable[[], Any], pause_s: float = 0.0) -> Measurement:
+    def measure(self, fn: Callable[[], Any], pause_s: float = 0.0, give_up: Optional[GiveUp] = None) -> Measurement:
         from operatorx.measure.activity import activity_paused
 
         with activity_paused():     # CUPTI's API tracing (the L2 probe opened it) would slow every launch
-            return self._measure(fn, pause_s)
+            return self._measure(fn, pause_s, give_up)
 
-    def _measure(self, fn: Callable[[], Any], pause_s: float) -> Measurement:
+    def _measure(self, fn: Callable[[], Any], pause_s: float, give_up: Optional[GiveUp]) -> Measurement:
         s = self.settings
-        calls, warm_s = warmup(fn, torch.cuda.synchronize, s)
+        calls, warm_s = warmup(fn, torch.cuda.synchronize, s, rest_s=pause_s)
         enqueue_s = self._enqueue_s(fn)
         samples_us: list[float] = []
         spins = spin_short = 0
@@ -87,7 +87,8 @@ class EventTiming:
                 spin_short += 1
                 enqueue_s = max(enqueue_s, batch_enqueue_s / n)
             samples_us.extend(start.elapsed_time(end) * 1e3 for start, end in pairs)
-            reason = stop_reason(samples_us, time.perf_counter() - wall0, s)
+            reason = (stop_reason(samples_us, time.perf_counter() - wall0, s)
+                      or capped_stop(give_up, wall0, len(samples_us)))
         details = {**self.flusher.to_json(), "spin": s.spin, "spins": spins, "spin_short_batches": spin_short,
                    "enqueue_us_per_call": enqueue_s * 1e6, "batch_size": s.batch_size, "pause_s": pause_s,
                    "window_start_s": wall0}

@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Optional
 
 from operatorx.measure.cpu_contention import ContentionProbe
 from operatorx.measure.l2 import L2Flusher
-from operatorx.measure.loop import stop_reason, warmup
+from operatorx.measure.loop import GiveUp, capped_stop, stop_reason, warmup
 from operatorx.measure.measurement import Measurement
 from operatorx.measure.settings import TimingSettings
 from operatorx.measure.stats import summarize
@@ -44,9 +44,10 @@ class HostClockTiming:
         # calls; the CPU has no L2 state to produce, so it is the warm (do-nothing) one.
         self.flusher = L2Flusher("warm", None)
 
-    def measure(self, fn: Callable[[], Any], pause_s: float = 0.0) -> Measurement:
+    def measure(self, fn: Callable[[], Any], pause_s: float = 0.0, give_up: Optional[GiveUp] = None) -> Measurement:
         s = self.settings
-        calls, warm_s = warmup(fn, lambda: None, s)     # first: the intra-op pool exists before the probe lists threads
+        # first: the intra-op pool exists before the probe lists threads
+        calls, warm_s = warmup(fn, lambda: None, s, rest_s=pause_s)
         clean_us: list[float] = []
         contended_us: list[float] = []
         every_us: list[float] = []
@@ -67,7 +68,7 @@ class HostClockTiming:
                 if pause_s > 0:
                     time.sleep(pause_s)
                 elapsed = time.perf_counter() - start
-                reason = stop_reason(clean_us, elapsed, s)
+                reason = stop_reason(clean_us, elapsed, s) or capped_stop(give_up, start, len(clean_us))
                 if reason is None:
                     # the budget (time, sample count) is spent on every sample, contended or not:
                     # a machine that never frees the CPU must not keep the case sampling forever

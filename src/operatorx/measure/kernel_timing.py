@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any, Optional
 
 from operatorx.measure.l2 import L2Flusher
-from operatorx.measure.loop import stop_reason, warmup
+from operatorx.measure.loop import GiveUp, capped_stop, stop_reason, warmup
 from operatorx.measure.measurement import Measurement, NotMeasurable
 from operatorx.measure.settings import TimingSettings
 from operatorx.measure.stats import summarize
@@ -156,12 +156,12 @@ class KernelTiming:
     def _cycles(self, seconds: float) -> int:
         return int(min(seconds, _MAX_SPIN_S) * self.sm_clock_hz)
 
-    def measure(self, fn: Callable[[], Any], pause_s: float = 0.0) -> Measurement:
+    def measure(self, fn: Callable[[], Any], pause_s: float = 0.0, give_up: Optional[GiveUp] = None) -> Measurement:
         import torch
 
         s = self.settings
         warm_activity_session()
-        calls, warm_s = warmup(fn, torch.cuda.synchronize, s)
+        calls, warm_s = warmup(fn, torch.cuda.synchronize, s, rest_s=pause_s)
         call = capture_graph(fn) if self.graph else fn
         if self.graph:
             call()
@@ -220,7 +220,7 @@ class KernelTiming:
                 raise NotMeasurable(f"the op launched no device work that CUPTI recorded in {_EMPTY_BATCHES} "
                                     "batches in a row (a host-only op?)")
             wall_s = time.perf_counter() - wall0
-            reason = stop_reason(samples_us, wall_s, s)
+            reason = stop_reason(samples_us, wall_s, s) or capped_stop(give_up, wall0, len(samples_us))
             cap_s = min(s.max_time_s, s.timeout_s) if len(samples_us) >= s.min_samples else s.timeout_s
             left_s = cap_s - wall_s
             n = _next_batch(samples_us, s, n, batch_call_s, left_s)
@@ -229,11 +229,15 @@ class KernelTiming:
                                     f"({starved} calls): the op cannot be fed fast enough to time its device work")
         import numpy as np
 
-        from operatorx.measure.activity import fallback_reason
+        from operatorx.measure.activity import CuptiSession, activity_session, fallback_reason
+
+        session = activity_session()
+        api_calls = (("launches" if session.api_filter else "all") if isinstance(session, CuptiSession) else None)
 
         details = {**self.flusher.to_json(), "spin": s.spin,
                    "activity_source": batch.source if batch is not None else None,
-                   "activity_fallback": fallback_reason(), "batches": batches, "batch_size": s.batch_size,
+                   "activity_fallback": fallback_reason(), "activity_api_calls": api_calls,
+                   "batches": batches, "batch_size": s.batch_size,
                    "starved_calls_dropped": starved, "starved_gap_us": STARVED_GAP_NS / 1e3,
                    "spin_short_batches": spin_short, "unattributed_activities": unattributed,
                    "enqueue_us_per_call": enqueue_s * 1e6, "pause_s": pause_s,

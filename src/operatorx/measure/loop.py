@@ -9,16 +9,23 @@ from typing import Any, Optional
 from operatorx.measure.settings import TimingSettings
 from operatorx.measure.stats import median_noise
 
-__all__ = ["warmup", "stop_reason"]
+__all__ = ["GiveUp", "capped_stop", "warmup", "stop_reason"]
+
+GiveUp = Callable[[float], bool]
+"""Asked after each batch with the perf_counter time the timed calls began: True when the GPU's
+telemetry already shows the attempt capped (measure/retry.py), so sampling it on is wasted."""
 
 _process_warmed = False
 
 
-def warmup(fn: Callable[[], Any], sync: Callable[[], None], settings: TimingSettings) -> tuple[int, float]:
+def warmup(fn: Callable[[], Any], sync: Callable[[], None], settings: TimingSettings,
+           rest_s: float = 0.0) -> tuple[int, float]:
     """Call fn until both `warmup_calls` calls and the wall-clock floor have passed.
 
     Each call is synchronized, so the floor counts real device time, not queued launches.
-    The first op of a process gets the longer floor. Returns (calls, seconds).
+    The first op of a process gets the longer floor. `rest_s`: a rested retry rests after each
+    warmup call too, or a long GEMM's warmup alone would bring the power cap back before its
+    first timed call. Returns (calls, seconds).
     """
     global _process_warmed
     floor_s = settings.warmup_floor_s if _process_warmed else settings.first_warmup_floor_s
@@ -28,6 +35,8 @@ def warmup(fn: Callable[[], Any], sync: Callable[[], None], settings: TimingSett
         fn()
         sync()
         calls += 1
+        if rest_s > 0:
+            time.sleep(rest_s)
     _process_warmed = True
     return calls, time.perf_counter() - start
 
@@ -52,4 +61,11 @@ def stop_reason(samples_us: Sequence[float], wall_s: float, settings: TimingSett
             return "time_cap"
     if wall_s >= settings.timeout_s and n >= 1:
         return "timeout"
+    return None
+
+
+def capped_stop(give_up: Optional[GiveUp], window_start_s: float, samples: int) -> Optional[str]:
+    """`capped` when there are samples and `give_up` says the attempt is already capped, else None."""
+    if give_up is not None and samples > 0 and give_up(window_start_s):
+        return "capped"
     return None

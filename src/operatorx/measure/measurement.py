@@ -25,7 +25,7 @@ class Measurement:
     summary: dict[str, float]      # from stats.summarize
     warmup_calls: int
     warmup_s: float
-    stop_reason: str               # "noise_target", "time_cap", "max_samples", "timeout" (or "batches")
+    stop_reason: str               # "noise_target", "time_cap", "max_samples", "timeout", "capped" (or "batches")
     details: dict[str, Any] = field(default_factory=dict)
     last_batch: Any = field(default=None, repr=False, compare=False)
     """The last profiled batch (measure/trace.py), for the kernel breakdown and `--trace`; not stored."""

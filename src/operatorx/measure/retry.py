@@ -6,14 +6,19 @@ with a pause between calls (2, 4, 8 ms by default, or 1, 2, 4 times the call whe
 lets power and temperature fall, up to `throttle_retries` times, or until two paused attempts
 agree (more rest no longer changes the number); keep the fastest uncapped attempt (else the
 fastest, flagged).
+
+An attempt that is not the last stops sampling as soon as its telemetry shows it capped (stop
+reason `capped`): its number would not be kept, and a prefill GEMM that caps itself spent up
+to a second finishing such an attempt. A cut-short attempt is kept only when no full one exists.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Optional, Protocol
 
+from operatorx.measure.loop import GiveUp
 from operatorx.measure.measurement import Measurement
 from operatorx.measure.settings import TimingSettings
 from operatorx.measure.telemetry import Telemetry, TelemetrySampler
@@ -22,7 +27,8 @@ __all__ = ["Attempted", "measure_with_retries"]
 
 
 class _Timer(Protocol):
-    def measure(self, fn: Callable[[], Any], pause_s: float = 0.0) -> Measurement: ...
+    def measure(self, fn: Callable[[], Any], pause_s: float = 0.0,
+                give_up: Optional[GiveUp] = None) -> Measurement: ...
 
 
 class Attempted:
@@ -62,9 +68,10 @@ def measure_with_retries(timer: _Timer, fn: Callable[[], Any], telemetry: Teleme
     failed: list[dict[str, Any]] = []
     for attempt in range(1 + settings.throttle_retries):
         pause_s = settings.pause_s(attempt, tried[0][0].latency_us * 1e-6 if tried else 0.0)
+        last = attempt == settings.throttle_retries
         try:
             with TelemetrySampler(telemetry, settings.telemetry_period_s, settings.capped_clock_fraction) as sampler:
-                m = timer.measure(fn, pause_s=pause_s)
+                m = timer.measure(fn, pause_s=pause_s, give_up=None if last else sampler.capped_since)
         except Exception as err:
             if not tried:
                 raise
@@ -74,7 +81,8 @@ def measure_with_retries(timer: _Timer, fn: Callable[[], Any], telemetry: Teleme
         tried.append((m, sampler.summary(since_s=m.details.get("window_start_s")), pause_s))
         if not tried[-1][1]["capped"] or _converged(tried):
             break
-    pool = [i for i, t in enumerate(tried) if not t[1]["capped"]] or list(range(len(tried)))
+    full = [i for i, (m, _, _) in enumerate(tried) if m.stop_reason != "capped"] or list(range(len(tried)))
+    pool = [i for i in full if not tried[i][1]["capped"]] or full
     kept = min(pool, key=lambda i: tried[i][0].latency_us)
     brief = [{"latency_us": m.latency_us, "pause_s": p, "capped": t["capped"],
               "converged": i == len(tried) - 1 and i >= 2 and t["capped"] and _converged(tried[:i + 1]),

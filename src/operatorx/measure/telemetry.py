@@ -1,9 +1,12 @@
 """GPU conditions during a measurement, read through NVML: clocks, power, temperature, throttling.
 
-`TelemetrySampler` reads the GPU every few ms on a thread while a case is timed. An attempt is
-*capped* when some reading shows a power or thermal clock-event reason together with an SM
-clock under `capped_clock_fraction` of its maximum: such a number describes the cap, not the
-kernel, and the runner measures again. A reason without a lower clock (the power cap bit is
+`TelemetrySampler` reads the GPU every few ms on a thread while a case is timed. A reading is
+capped when it shows a power or thermal clock-event reason together with an SM clock under
+`capped_clock_fraction` of its maximum; an attempt is *capped* when at least a tenth of its
+readings are (`CAPPED_SHARE`): then its number describes the cap, not the kernel, and the runner
+measures again. A stale reading or two as a rested retry begins cannot move a median taken over
+the window, and counting them made every retry of a GEMM that caps itself look capped (seen on
+the H200, session 4: three retries each, ~1.7 s a case). A reason without a lower clock (the power cap bit is
 often set at full clock) does not make an attempt capped; the reasons are still recorded.
 """
 
@@ -15,7 +18,11 @@ from typing import Any, Optional
 
 import numpy as np
 
-__all__ = ["Telemetry", "TelemetrySampler", "THROTTLE_REASONS", "CAPPING_REASONS"]
+__all__ = ["CAPPED_SHARE", "Telemetry", "TelemetrySampler", "THROTTLE_REASONS", "CAPPING_REASONS"]
+
+CAPPED_SHARE = 0.1
+"""An attempt is capped when at least this share of its readings (one at least) are."""
+_MIN_READINGS_TO_GIVE_UP = 3
 
 #: NVML clock-event reason bits (nvmlClocksEventReason*), by name.
 THROTTLE_REASONS = {
@@ -161,7 +168,7 @@ def summarize_readings(readings: list[dict[str, Any]], energy_mj: Optional[float
             capped_readings += 1
     out["reasons"] = counts
     out["capped_readings"] = capped_readings
-    out["capped"] = capped_readings > 0
+    out["capped"] = capped_readings > 0 and capped_readings >= CAPPED_SHARE * len(readings)
     out["capping_reasons"] = [r for r in CAPPING_REASONS if r in counts] if capped_readings else []
     failed = sum("error" in r for r in readings)
     if failed:
@@ -226,6 +233,14 @@ class TelemetrySampler:
     @property
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
+
+    def capped_since(self, since_s: float) -> bool:
+        """Whether the readings taken since `since_s` (at least three) already judge the attempt
+        capped: the timer then stops sampling it early, and the retry rests the GPU (measure/retry.py)."""
+        readings = [r for r in list(self.readings) if r.get("t_s", since_s) >= since_s]
+        if len(readings) < _MIN_READINGS_TO_GIVE_UP:
+            return False
+        return bool(summarize_readings(readings, None, self.capped_clock_fraction)["capped"])
 
     def summary(self, since_s: Optional[float] = None) -> dict[str, Any]:
         """The readings' summary. With `since_s` (a perf_counter time: when the timed calls began)

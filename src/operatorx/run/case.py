@@ -15,6 +15,7 @@ from operatorx.backends import Backend, Check, Prepared, Unsupported, get_backen
 from operatorx.backends.refusal import library_refusal
 from operatorx.measure import Measurement, NotMeasurable
 from operatorx.measure import Telemetry as TelemetryReader
+from operatorx.measure.loop import GiveUp
 from operatorx.measure.retry import measure_with_retries
 from operatorx.platform import DeviceInfo, Peaks, compute_class
 from operatorx.result import (
@@ -77,7 +78,7 @@ class Timer(Protocol):
     method: str
     flusher: Any
 
-    def measure(self, fn: Any, pause_s: float = 0.0) -> Measurement: ...
+    def measure(self, fn: Any, pause_s: float = 0.0, give_up: Optional[GiveUp] = None) -> Measurement: ...
 
 
 def _check(check: Check) -> CheckResult:
