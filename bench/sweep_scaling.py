@@ -50,6 +50,20 @@ def _where_time_goes(rows: list) -> None:
     batches = [r.measured.timing.batches for r in ok if r.measured.timing and r.measured.timing.batches]
     print(f"  ok rows by activity source {sources}; batches per ok case mean "
           f"{sum(batches) / max(1, len(batches)):.2f}; {len(retried)} cases retried (capped), {retried_s:.1f} s")
+    plain = [r for r in ok if r not in retried and r.case_seconds and r.case_seconds.total]
+    if plain:
+        def med(values: list) -> float:
+            values = sorted(v for v in values if v is not None)
+            return values[len(values) // 2] if values else float("nan")
+
+        phases_of = [(r.measured.timing.phases.model_dump() if r.measured.timing and r.measured.timing.phases
+                      else {}) for r in plain]
+        print(f"  ok cases not retried ({len(plain)}): total {1e3 * med([r.case_seconds.total for r in plain]):.1f} ms "
+              "median; timing phases median (ms): " + ", ".join(
+                  f"{k} {1e3 * med([ph.get(k) for ph in phases_of]):.1f}"
+                  for k in ("warmup_s", "batches_s", "spin_gpu_s", "loop_s"))
+              + f"; enqueue {med([r.measured.timing.enqueue_us_per_call for r in plain if r.measured.timing]):.1f} "
+              "us/call")
     slow = sorted((r for r in rows if r.case_seconds and r.case_seconds.total), key=lambda r: -r.case_seconds.total)
     for r in slow[:8]:
         print(f"    {r.case_seconds.total:6.2f} s  {r.status:11s} {r.case.label()[:60]}  "

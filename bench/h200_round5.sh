@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Device calls of session 5 (issues 11, 14, 15), with the base kit (pydantic, SQLAlchemy, alembic,
+# cupti-python) and, for `vllm`, the vllm kit carried (../shared/device/README.md):
+#   speed    per-batch cost of each activity source (CUPTI recording launches only / every API call /
+#            Kineto), the gpu tests outside tests/backends/vllm, then the first $LIMIT (1000) gemm cases
+#            on GPU 0 end to end, with where the time went (bench/sweep_scaling.py)
+#   scaling  (nvidia-h200-x2) the first $LIMIT gemm cases on GPU 0 and on GPUs 0,1
+#   vllm     the vLLM gpu tests, the MoE release test with its output, all of moe_small through vLLM
+#   accuracy bench/timing_accuracy.py twice back to back (bench/h200_timing.sh)
+#   gpu      every gpu test (tests/web needs the web stack, absent there)
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+for kit in base vllm; do
+  if [ -d ".device-kit/$kit-1" ] && [ ! -f "/tmp/site/.operatorx-$kit" ]; then
+    bash ".device-kit/$kit-1/install.sh" >> "$OUT/install.txt" 2>&1 && touch "/tmp/site/.operatorx-$kit"
+  fi
+done
+export PYTHONPATH=/tmp/site:$PWD/src
+nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,power.draw,temperature.gpu --format=csv
+case "${1:-speed}" in
+  speed)
+    echo "== activity cost"; timeout 150 python3 bench/activity_cost.py 2>&1 | tail -4
+    echo "== gpu tests (all but vLLM's)"
+    timeout 240 python3 -m pytest -m gpu -q -p no:cacheprovider --ignore=tests/web --ignore=tests/backends/vllm \
+      tests > "$OUT/tests.txt" 2>&1
+    grep -E "passed|failed|FAILED|ERROR|XPASS" "$OUT/tests.txt" | tail -15
+    echo "== sweep"
+    timeout 300 python3 bench/sweep_scaling.py --testlist gemm --limit "${LIMIT:-1000}" --gpus 0 \
+      --db /tmp/speed.db --json "$OUT/speed.json" 2>&1 | tail -30
+    cp /tmp/speed.db "$OUT/speed.db" 2>/dev/null ;;
+  scaling)
+    timeout 120 python3 -m operatorx run -t gemm_perf --limit 2 --gpus 0,1 --db /tmp/warm.db \
+      --results-dir /tmp/warm-res > "$OUT/warm.txt" 2>&1
+    timeout 500 python3 bench/sweep_scaling.py --testlist gemm --limit "${LIMIT:-1000}" --gpus 0 --gpus 0,1 \
+      --db /tmp/scaling.db --json "$OUT/scaling.json" 2>&1 | tail -40
+    cp /tmp/scaling.db "$OUT/scaling.db" ;;
+  vllm)
+    echo "== vLLM gpu tests"
+    timeout 240 python3 -m pytest -m gpu -q -p no:cacheprovider tests/backends/vllm > "$OUT/vllm-tests.txt" 2>&1
+    grep -E "passed|failed|FAILED|ERROR|XPASS|xfail" "$OUT/vllm-tests.txt" | tail -15
+    echo "== vLLM MoE memory back on release, with what each case left"
+    timeout 120 python3 -m pytest -q -s -p no:cacheprovider --runxfail \
+      "tests/backends/vllm/test_gpu.py::test_moe_gives_its_memory_back_over_20_cases" > "$OUT/release.txt" 2>&1
+    grep -v "Warning\|warn" "$OUT/release.txt" | tail -12
+    echo "== moe_small through vLLM"
+    timeout 300 python3 -m operatorx run -t moe_small --backend vllm --db /tmp/moe.db --results-dir /tmp/moe-res \
+      > "$OUT/moe.txt" 2>&1
+    tail -3 "$OUT/moe.txt"
+    python3 -m operatorx results export latest --db /tmp/moe.db --format csv -o "$OUT/moe_small_vllm.csv"
+    cp /tmp/moe.db "$OUT/moe.db" ;;
+  accuracy)
+    timeout 560 bash bench/h200_timing.sh 2>&1 | tail -40 ;;
+  gpu)
+    timeout 560 python3 -m pytest -m gpu -q -p no:cacheprovider --ignore=tests/web tests > "$OUT/tests.txt" 2>&1
+    grep -E "passed|failed|FAILED|ERROR|XPASS|xfail" "$OUT/tests.txt" | tail -25 ;;
+esac
