@@ -96,7 +96,8 @@ def test_a_long_call_starts_with_min_samples_and_no_batch_overruns_the_cap():
     assert kt._first_batch(s, call_s=20e-6) == 32              # µs calls: the whole batch
     assert kt._first_batch(s, call_s=0.017) == 10              # a 17 ms GEMM: min_samples, not 32
     noisy = [10.0, 11.0, 12.0, 10.5, 13.0, 9.0, 10.0, 12.5, 11.5, 10.2]
-    assert kt._next_batch(noisy, s, 10, call_s=0.017, left_s=0.5) == 29      # 0.5 s left / 17 ms
+    assert kt._next_batch(noisy, s, 10, call_s=0.017, left_s=0.2) == 11      # 0.2 s left / 17 ms
+    assert kt._next_batch(noisy, s, 10, call_s=0.017, left_s=0.9) == 14      # at most 0.25 s a batch
     assert kt._next_batch(noisy, s, 10, call_s=0.017, left_s=0.001) == 1     # never zero
     assert kt._next_batch(noisy, s, 10, call_s=20e-6, left_s=0.5) == 512     # noise asks for many: the cap
     assert kt._first_batch(TimingSettings(timeout_s=30.0), call_s=5.0) == 6   # 5 s calls: what fits in the timeout

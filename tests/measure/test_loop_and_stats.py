@@ -69,7 +69,8 @@ def test_host_clock_measures_a_known_sleep():
 
 def test_retry_pauses_grow():
     s = TimingSettings()
-    assert [s.pause_s(k) for k in range(4)] == [0.0, 0.002, 0.004, 0.008]
+    assert [s.pause_s(k) for k in range(4)] == [0.0, 0.0005, 0.001, 0.002]
+    assert [s.cooldown_s(k) for k in range(4)] == [0.0, 0.05, 0.1, 0.2]
     assert [s.pause_s(k, call_s=0.017) for k in range(4)] == [0.0, 0.017, 0.034, 0.068]   # a long call: its own length
     assert [s.pause_s(k, call_s=1.0) for k in range(4)] == [0.0, 0.05, 0.1, 0.2]        # a seconds-long call: capped
 

@@ -7,7 +7,7 @@ import pytest
 import operatorx.measure.retry as retry
 from operatorx.measure import Measurement, NotMeasurable, TimingSettings, summarize
 
-SETTINGS = TimingSettings(throttle_retries=3)
+SETTINGS = TimingSettings(throttle_retries=3, throttle_pause_s=0.002, throttle_cooldown_s=0.0)
 
 
 class _Timer:
@@ -30,6 +30,25 @@ class _Timer:
             return Measurement("fake", "device", samples, summarize(samples), 0, 0.0, "capped")
         samples = [latency] * 10
         return Measurement("fake", "device", samples, summarize(samples), 0, 0.0, "noise_target")
+
+
+class _AlwaysCapped:
+    """A sampler whose every reading shows the cap."""
+
+    def __init__(self, *args):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+    def summary(self, since_s=None):
+        return {"available": True, "capped": True, "capping_reasons": ["sw_power_cap"]}
+
+    def capped_since(self, since_s):
+        return True
 
 
 def _run(monkeypatch, latencies, capped, honours_give_up=False):
@@ -111,23 +130,7 @@ def test_attempts_too_short_to_know_their_noise_do_not_count_as_converged(monkey
 
     monkeypatch.setattr(timer, "measure", five)
 
-    class Sampler:
-        def __init__(self, *args):
-            pass
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return None
-
-        def summary(self, since_s=None):
-            return {"available": True, "capped": True, "capping_reasons": ["sw_power_cap"]}
-
-        def capped_since(self, since_s):
-            return True
-
-    monkeypatch.setattr(retry, "TelemetrySampler", Sampler)
+    monkeypatch.setattr(retry, "TelemetrySampler", _AlwaysCapped)
     done = retry.measure_with_retries(timer, lambda: None, None, SETTINGS)   # type: ignore[arg-type]
     assert len(done.attempts) == 4 and not any(a["converged"] for a in done.attempts)
 
@@ -152,3 +155,13 @@ def test_an_uncapped_retry_after_a_cut_short_attempt_ends_the_retries(monkeypatc
     done, timer = _run(monkeypatch, [9.0, 11.0], [True, False], honours_give_up=True)
     assert len(done.attempts) == 2 and done.measurement.latency_us == 11.0 and not done.telemetry["capped"]
     assert timer.pauses == [0.0, 0.002]
+
+
+def test_each_retry_first_rests_the_gpu_for_its_cooldown(monkeypatch):
+    slept: list[float] = []
+    monkeypatch.setattr(retry.time, "sleep", slept.append)
+    timer = _Timer([12.0, 11.0, 10.0, 9.5], [True] * 4)
+
+    monkeypatch.setattr(retry, "TelemetrySampler", _AlwaysCapped)
+    retry.measure_with_retries(timer, lambda: None, None, TimingSettings(throttle_retries=3))  # type: ignore[arg-type]
+    assert slept == [0.05, 0.1, 0.2] and timer.pauses == [0.0, 0.0005, 0.001, 0.002]

@@ -159,7 +159,7 @@ def test_rates_use_measured_peaks_and_keep_the_datasheet(tmp_path):
     bf16 = peaks.part("bf16")
     assert (bf16.tflops, bf16.memory_gbps, bf16.measured_tflops, bf16.measured_memory_gbps) == \
         (989.4, 4800.0, 812.0, 4310.0)
-    assert bf16.source == ("measured 2026-11-30 on this GPU (operatorx calibrate v2); "
+    assert bf16.source == ("measured 2026-11-30 on this GPU (operatorx calibrate v3); "
                            "datasheet beside: vendor datasheet, dense")
     # 8192³ bf16 in 1.5 ms: 733 TFLOP/s, 90.3% of the measured 812 and 74.1% of the datasheet 989.4
     flops, nbytes = 2 * 8192 ** 3, 3 * 8192 * 8192 * 2
@@ -178,7 +178,7 @@ def test_class_not_measured_takes_the_datasheet_compute_and_measured_memory(tmp_
     assert peaks is not None
     fp32 = peaks.part("fp32")
     assert fp32.measured_tflops is None and fp32.measured_memory_gbps == 4310.0 and fp32.tflops == 66.9
-    assert fp32.source == ("memory measured 2026-11-30 on this GPU (operatorx calibrate v2); "
+    assert fp32.source == ("memory measured 2026-11-30 on this GPU (operatorx calibrate v3); "
                            "compute: vendor datasheet, dense")
     rates = compute_rates(66_900_000_000, 10, 1000.0, fp32)         # 66.9 TFLOP/s: 100% of the datasheet fp32
     assert rates.pct_peak == pytest.approx(100.0) and rates.pct_datasheet == pytest.approx(100.0)
@@ -258,15 +258,16 @@ def test_cli_recalibrate_is_stored_with_the_run_and_a_cpu_run_measures_nothing(t
 
 def test_warmup_runs_synchronized_calls_for_its_wall_time():
     """The GPU warmup before the first timed shape (calibrate._warm), with a CPU stand-in for the GEMM:
-    every call is synchronized and the loop lasts its seconds, however fast or slow a call is."""
+    every call is synchronized, rests as long as it took (half the time busy keeps the card out of
+    its power cap), and the loop lasts its seconds, however fast or slow a call is."""
     from operatorx.platform.calibrate import WARM_S, _warm
 
     events: list[str] = []
     calls, seconds = _warm(lambda: events.append("call"), lambda: events.append("sync"), 0.05)
     assert seconds >= 0.05 and calls == len(events) // 2 >= 2
     assert events == ["call", "sync"] * calls
-    slow = _warm(lambda: time.sleep(0.03), lambda: None, 0.05)     # a call longer than half the time: 2 calls
-    assert slow[0] == 2 and slow[1] >= 0.05
+    slow = _warm(lambda: time.sleep(0.02), lambda: None, 0.05)     # 20 ms calls, each rested 20 ms: 2 calls
+    assert slow[0] == 2 and slow[1] >= 0.08
     assert _warm(lambda: None, lambda: None, 0.0)[0] == 1          # at least one call, even with no time
     assert WARM_S == 1.0
 
@@ -277,7 +278,7 @@ def test_a_cache_file_of_the_previous_method_is_measured_again(tmp_path):
     load_or_measure(old, FakeMeasure(700.0), directory=tmp_path)
     measure = FakeMeasure(812.0)
     peaks, how = load_or_measure(KEY, measure, directory=tmp_path)
-    assert KEY.method == 2 and how == "measured" and peaks is not None and peaks.tflops["bf16"] == 812.0
+    assert KEY.method == 3 and how == "measured" and peaks is not None and peaks.tflops["bf16"] == 812.0
     # and a v1 entry's fields (no warmup or clock) still parse: they read as unknown
     data = json.loads((tmp_path / old.file_name()).read_text())
     for field in ("warm_s", "sm_clock_mhz", "max_sm_clock_mhz"):

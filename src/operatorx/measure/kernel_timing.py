@@ -31,6 +31,9 @@ _SPIN_MARGIN = 1.2          # spin this many times the host's enqueue time of a 
                             # detected and dropped, so the margin only needs to cover the usual case)
 _PAUSE_SPIN_S = 200e-6      # extra head start per call in pause mode (throttle retries)
 _MAX_BATCH = 512
+_MAX_BATCH_S = 0.25         # a batch's calls take about this long at most: the stop rules (time cap, a
+                            # capped GPU) are asked between batches, and a 5 ms GEMM's 199-call batch
+                            # ran a whole second of a capped attempt on the H200
 _MIN_ENQUEUE_S = 5e-6
 _FIRST_BATCH_S = 0.05       # the first batch's calls take about this long at most (but >= min_samples)
 _ALL_STARVED_BATCHES = 3    # this many batches with every call starved: the op waits on the host itself
@@ -131,11 +134,12 @@ def _first_batch(s: TimingSettings, call_s: float) -> int:
 def _next_batch(samples_us: list[float], s: TimingSettings, n: int, call_s: float, left_s: float) -> int:
     """Calls in the next batch: as many as the noise so far says the target needs (noise falls like
     1/sqrt(n)), `batch_size` at least and 512 at most, but never more than fit in the time left
-    before the cap (`call_s`: the last batch's wall seconds per call; one call at least) — a batch
-    is never cut short, so an oversized one would overrun the cap by its whole length."""
+    before the cap, nor in `_MAX_BATCH_S` (`call_s`: the last batch's wall seconds per call; one
+    call at least) — a batch is never cut short, so an oversized one would overrun the cap by its
+    whole length."""
     from operatorx.measure.stats import median_noise
 
-    fits = max(1, int(left_s / call_s)) if call_s > 0 else _MAX_BATCH
+    fits = max(1, int(min(left_s, _MAX_BATCH_S) / call_s)) if call_s > 0 else _MAX_BATCH
     if len(samples_us) < 2 or s.noise_target <= 0:
         return min(s.batch_size, fits)
     noise = median_noise(samples_us)

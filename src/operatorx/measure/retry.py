@@ -1,11 +1,11 @@
 """Timing with the GPU's conditions watched: telemetry around each attempt, a retry while capped.
 
 A power or thermal cap lowers the SM clock for a while; a number taken then describes the
-cap. So: measure with a telemetry sampler running; if the attempt was capped, measure again
-with a pause between calls (2, 4, 8 ms by default, or 1, 2, 4 times the call when longer) that
-lets power and temperature fall, up to `throttle_retries` times, or until two paused attempts
-agree (more rest no longer changes the number); keep the fastest uncapped attempt (else the
-fastest, flagged).
+cap. So: measure with a telemetry sampler running; if the attempt was capped, rest the GPU (50,
+100, 200 ms by default) and measure again with a pause between calls (0.5, 1, 2 ms by default,
+or 1, 2, 4 times the call when longer) that lets power and temperature fall, up to
+`throttle_retries` times, or until two paused attempts agree (more rest no longer changes the
+number); keep the fastest uncapped attempt (else the fastest, flagged).
 
 An attempt that is not the last stops sampling as soon as its telemetry shows it capped (stop
 reason `capped`): its number would not be kept, and a prefill GEMM that caps itself spent up
@@ -15,6 +15,7 @@ to a second finishing such an attempt. A cut-short attempt is kept only when no 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from typing import Any, Optional, Protocol
 
@@ -69,6 +70,8 @@ def measure_with_retries(timer: _Timer, fn: Callable[[], Any], telemetry: Teleme
     for attempt in range(1 + settings.throttle_retries):
         pause_s = settings.pause_s(attempt, tried[0][0].latency_us * 1e-6 if tried else 0.0)
         last = attempt == settings.throttle_retries
+        if attempt:
+            time.sleep(settings.cooldown_s(attempt))
         try:
             with TelemetrySampler(telemetry, settings.telemetry_period_s, settings.capped_clock_fraction) as sampler:
                 m = timer.measure(fn, pause_s=pause_s, give_up=None if last else sampler.capped_since)

@@ -47,9 +47,13 @@ class TimingSettings:
     """Enqueue a GPU spin (torch.cuda._sleep) ahead of each batch so the host can stay ahead."""
     throttle_retries: int = 3
     """Measure again when the GPU was capped (power/thermal reason and SM clock under the fraction)."""
-    throttle_pause_s: float = 0.002
+    throttle_pause_s: float = 0.0005
     """Retry k pauses 2^(k-1) times this (or the call's own latency, when longer) between its calls,
     so the GPU can leave the cap."""
+    throttle_cooldown_s: float = 0.05
+    """Retry k first rests the GPU 2^(k-1) times this: a cap left by earlier work (a run of prefill
+    GEMMs) outlasts the first few tens of ms of the next case whatever the duty cycle (seen on the
+    H200: a 5 µs GEMM's retry with 2 ms rests was still capped 40 ms in, the next one was not)."""
     capped_clock_fraction: float = 0.985
     """An attempt is capped when a power/thermal reason is active and the SM clock is below this
     fraction of its maximum."""
@@ -67,7 +71,7 @@ class TimingSettings:
         if self.max_samples < self.min_samples:
             raise ValueError(f"timing.max_samples ({self.max_samples}) < min_samples ({self.min_samples})")
         for name in ("warmup_floor_s", "first_warmup_floor_s", "max_time_s", "timeout_s", "throttle_pause_s",
-                     "noise_target", "telemetry_period_s", "throttle_retries"):
+                     "noise_target", "telemetry_period_s", "throttle_retries", "throttle_cooldown_s"):
             if not getattr(self, name) >= 0:        # NaN too: it compares false with everything, so a NaN
                 # noise target is never met and a NaN cap never ends sampling
                 raise ValueError(f"timing.{name} must be a number >= 0, got {getattr(self, name)}")
@@ -75,13 +79,19 @@ class TimingSettings:
             raise ValueError("timing.capped_clock_fraction must be in (0, 1]")
 
     def pause_s(self, attempt: int, call_s: float = 0.0) -> float:
-        """Pause between calls for attempt 0 (none), 1, 2, 3...: 2, 4, 8 ms by default, or 1, 2, 4
+        """Pause between calls for attempt 0 (none), 1, 2, 3...: 0.5, 1, 2 ms by default, or 1, 2, 4
         times the call itself when that is longer (up to 50 ms, doubled: a seconds-long call's
         retries must still end inside the case's deadline). The GPU's average power follows the duty cycle,
         so a 2 ms rest after a 17 ms GEMM that holds the power cap by itself changes nothing (seen
-        on the H200: three retries, all capped, 10 s each)."""
+        on the H200: three retries, all capped, 10 s each). A µs call needs no ms rest after each
+        call once the cooldown (`cooldown_s`) has let an earlier cap go: 2 ms rests made a 5 µs
+        GEMM's 190-sample retry take 0.8 s."""
         base = max(self.throttle_pause_s, min(call_s, _MAX_PAUSE_BASE_S))
         return 0.0 if attempt == 0 else base * 2 ** (attempt - 1)
+
+    def cooldown_s(self, attempt: int) -> float:
+        """Rest before attempt 0 (none), 1, 2, 3...: 1, 2, 4 times `throttle_cooldown_s`."""
+        return 0.0 if attempt == 0 else self.throttle_cooldown_s * 2 ** (attempt - 1)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

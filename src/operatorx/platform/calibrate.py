@@ -11,11 +11,17 @@ loads (or, the first time, measures) its GPU's peaks before its first case (run/
 - memory: a large device-to-device copy, bytes read + written / time.
 
 A worker's GPU may have sat idle at its lowest clocks: before the first measured shape, the first
-bf16 GEMM runs back to back for `WARM_S` of synchronized wall time so the clocks have ramped up (a
-peak measured on a cold card would be cached and used for the whole run), and the SM clock NVML
-reads while it still runs is kept with the peaks. Each rate is then timed with CUDA events around
+bf16 GEMM runs for `WARM_S` of synchronized wall time so the clocks have ramped up (a peak
+measured on a cold card would be cached and used for the whole run), and the SM clock NVML reads
+while it still runs is kept with the peaks. Each rate is then timed with CUDA events around
 back-to-back calls after a few more warmup calls: the kernels take milliseconds, so the events'
-microsecond resolution and launch gaps do not matter. All of it takes two to three seconds. The
+microsecond resolution and launch gaps do not matter. All of it takes two to four seconds.
+
+The warmup rests after each call as long as the call took, and each timed repeat is preceded by
+a rest as long as itself. A card driven flat out hits its power cap: method v2 warmed up back
+to back and measured an H200 at 705 TFLOP/s bf16 with the SM clock at 1500 MHz (v1: 793), while
+cases are timed out of the cap (measure/retry.py). Peaks under the cap would put such cases
+above 100%. The
 cache is keyed by GPU name and UUID, driver, torch and CUDA (or HIP) version and the method's
 version: any of them changing measures again; `operatorx run --recalibrate` forces it.
 
@@ -48,9 +54,10 @@ __all__ = ["ENV_PEAKS_DIR", "METHOD_VERSION", "StackKey", "MeasuredPeaks", "Cach
 ENV_PEAKS_DIR = "OPERATORX_PEAKS_DIR"
 """Environment variable naming the cache directory (tests point it at a temporary one)."""
 
-METHOD_VERSION = 2
+METHOD_VERSION = 3
 """Bumped whenever what `measure_peaks` does changes: every cached entry is then measured again.
-2: a 1 s warmup before the first shape (v1's peaks may have been measured before the clocks ramped)."""
+2: a 1 s warmup before the first shape (v1's peaks may have been measured before the clocks ramped).
+3: the warmup and the timed repeats rest the GPU (v2's back-to-back warmup left it power-capped)."""
 
 GEMM_SHAPES: tuple[tuple[int, int, int], ...] = ((8192, 8192, 8192), (4096, 16384, 8192), (16384, 16384, 16384))
 """(m, n, k) of the GEMMs whose best rate is the compute peak: large enough that every SM runs
@@ -246,14 +253,17 @@ def device_peaks(device: DeviceInfo, *, recalibrate: bool = False, run_id: Optio
 # --- the measurement (a CUDA worker only) -------------------------------------------------------------
 
 def _warm(fn: Callable[[], Any], sync: Callable[[], None], seconds: float) -> tuple[int, float]:
-    """Call `fn` back to back, synchronizing after each call, until `seconds` of wall time passed:
-    the synchronize makes the time the GPU's, not the launch queue's. Returns (calls, seconds)."""
+    """Call `fn`, synchronizing after each call and resting as long as it took, until `seconds` of
+    wall time passed: the synchronize makes the time the GPU's, not the launch queue's, and half
+    the time busy brings the clocks up without reaching the power cap. Returns (calls, seconds)."""
     t0 = time.perf_counter()
     calls = 0
     while calls == 0 or time.perf_counter() - t0 < seconds:
+        t_call = time.perf_counter()
         fn()
         sync()
         calls += 1
+        time.sleep(time.perf_counter() - t_call)
     return calls, time.perf_counter() - t0
 
 
@@ -280,7 +290,7 @@ def _sm_clocks(fn: Callable[[], Any]) -> tuple[Optional[float], Optional[float]]
 
 def _best_ms(fn: Callable[[], Any]) -> float:
     """Milliseconds per call of `fn`: warmed up, then the best of `_REPEATS` CUDA-event-timed runs
-    of back-to-back calls, each about `_TARGET_MS` long."""
+    of back-to-back calls, each about `_TARGET_MS` long and each after a rest as long."""
     import torch
 
     for _ in range(3):
@@ -294,6 +304,7 @@ def _best_ms(fn: Callable[[], Any]) -> float:
     calls = max(5, min(200, int(_TARGET_MS / max(start.elapsed_time(end), 1e-3))))
     best = math.inf
     for _ in range(_REPEATS):
+        time.sleep(_TARGET_MS * 1e-3)       # rest as long as a repeat: each one starts out of the power cap
         start.record()
         for _ in range(calls):
             fn()
