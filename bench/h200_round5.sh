@@ -19,15 +19,22 @@ export PYTHONPATH=/tmp/site:$PWD/src
 nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,power.draw,temperature.gpu --format=csv
 case "${1:-speed}" in
   speed)
-    echo "== activity cost"; timeout 150 python3 bench/activity_cost.py 2>&1 | tail -4
-    echo "== gpu tests (all but vLLM's)"
+    if [ -z "${SKIP_COST:-}" ]; then
+      echo "== activity cost"; timeout 150 python3 bench/activity_cost.py 2>&1 | tail -4
+    fi
+    echo "== gpu tests (${TESTS:-all but vLLM's})"
     timeout 240 python3 -m pytest -m gpu -q -p no:cacheprovider --ignore=tests/web --ignore=tests/backends/vllm \
-      tests > "$OUT/tests.txt" 2>&1
+      ${TESTS:-tests} > "$OUT/tests.txt" 2>&1
     grep -E "passed|failed|FAILED|ERROR|XPASS" "$OUT/tests.txt" | tail -15
     echo "== sweep"
     timeout 300 python3 bench/sweep_scaling.py --testlist gemm --limit "${LIMIT:-1000}" --gpus 0 \
       --db /tmp/speed.db --json "$OUT/speed.json" 2>&1 | tail -30
-    cp /tmp/speed.db "$OUT/speed.db" 2>/dev/null ;;
+    cp /tmp/speed.db "$OUT/speed.db" 2>/dev/null
+    if [ -n "${PROFILE:-}" ]; then
+      echo "== profile of a worker's loop (first 400 gemm cases up to 500 GFLOP)"
+      timeout 150 python3 bench/profile_run.py gemm 400 500 > "$OUT/profile.txt" 2>&1
+      head -45 "$OUT/profile.txt" | cut -c1-150
+    fi ;;
   scaling)
     timeout 120 python3 -m operatorx run -t gemm_perf --limit 2 --gpus 0,1 --db /tmp/warm.db \
       --results-dir /tmp/warm-res > "$OUT/warm.txt" 2>&1
