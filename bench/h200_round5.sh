@@ -22,7 +22,7 @@ case "${1:-speed}" in
     if [ -z "${SKIP_COST:-}" ]; then
       echo "== activity cost"; timeout 150 python3 bench/activity_cost.py 2>&1 | tail -4
     fi
-    echo "== gpu tests (${TESTS:-all but vLLM's})"
+    echo "== gpu tests (${TESTS:-all but the vLLM ones})"
     timeout 240 python3 -m pytest -m gpu -q -p no:cacheprovider --ignore=tests/web --ignore=tests/backends/vllm \
       ${TESTS:-tests} > "$OUT/tests.txt" 2>&1
     grep -E "passed|failed|FAILED|ERROR|XPASS" "$OUT/tests.txt" | tail -15
