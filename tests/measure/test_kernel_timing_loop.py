@@ -31,19 +31,22 @@ def scripted(monkeypatch):
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     monkeypatch.setattr(kt, "_profiler_ready", True)
     seen: list[int] = []
+    spins: list[int] = []
 
     def install(make_calls):
         def fake_trace_batch(call, n, flush, spin_cycles, pause_s=0.0, pause_spin_cycles=0):
             seen.append(n)
+            spins.append(spin_cycles)
             return TraceBatch(calls=make_calls(len(seen), n), harness_activities=2 * n, unattributed=0,
                               enqueue_s_per_call=50e-6)
         monkeypatch.setattr(kt, "trace_batch", fake_trace_batch)
+        install.spins = spins
         return seen
     return install
 
 
 def _timer(**kw) -> kt.KernelTiming:
-    s = TimingSettings(warmup_calls=1, warmup_floor_s=0, first_warmup_floor_s=0, **kw)
+    s = TimingSettings(**{"warmup_calls": 1, "warmup_floor_s": 0, "first_warmup_floor_s": 0, **kw})
     return kt.KernelTiming(s, L2Flusher("warm", None), sm_clock_hz=2e9)
 
 
@@ -124,3 +127,19 @@ def test_a_rested_attempt_rests_after_each_warmup_call_too(scripted, monkeypatch
     monkeypatch.setattr(time, "sleep", slept.append)
     _timer().measure(lambda: None, pause_s=0.004)
     assert slept[0] == 0.004                        # the one warmup call's rest, before any timed call's
+
+
+def test_the_first_spin_is_sized_from_the_warmup_iterations_own_enqueue_time(scripted):
+    """No extra iterations are run to time the enqueue: the warmup's [flush, call] host times
+    (the first left out) give it, half again for the range marks, times the batch and the margin."""
+    seen = scripted(lambda b, n: [_call(10_000) for _ in range(n)])
+    first = [True]
+
+    def op() -> None:
+        time.sleep(0.02 if first[0] else 0.002)       # the first call pays lazy set-up
+        first[0] = False
+
+    _timer(warmup_calls=4).measure(op)
+    spin_s = scripted.spins[0] / 2e9                    # the timer's clock: 2 GHz
+    expected_s = kt._SPIN_MARGIN * 1.5 * 0.002 * seen[0]     # 10 calls: min_samples of a 6.5 ms warmup call
+    assert 0.95 * expected_s <= spin_s <= 1.5 * expected_s, spin_s

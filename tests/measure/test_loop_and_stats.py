@@ -28,6 +28,16 @@ def test_warmup_honours_calls_and_floor():
     assert n == len(calls) >= 3 and secs >= 0.02
 
 
+def test_a_rested_retry_warms_up_with_one_call_once_the_process_is_warm(monkeypatch):
+    import operatorx.measure.loop as loop
+
+    settings = TimingSettings(warmup_calls=5, warmup_floor_s=0, first_warmup_floor_s=0)
+    monkeypatch.setattr(loop, "_process_warmed", False)
+    assert warmup(lambda: None, lambda: None, settings, rest_s=0.001)[0] == 5     # a process's first op: all
+    assert warmup(lambda: None, lambda: None, settings)[0] == 5
+    assert warmup(lambda: None, lambda: None, settings, rest_s=0.001)[0] == 1
+
+
 def test_stop_rules():
     s = TimingSettings(min_samples=10, max_samples=40, noise_target=0.005, max_time_s=0.5, timeout_s=1.0)
     steady, noisy = [10.0] * 10, [10.0, 12.0] * 6

@@ -102,11 +102,21 @@ def warm_activity_session() -> None:
         _profiler_ready = True
 
 
+def _enqueue_from_warmup(host_s: list[float]) -> float:
+    """Host seconds to enqueue one [flush, call] iteration, from the warmup's own iterations (each
+    synchronized after its enqueue, with the session's tracing on, as in a batch; the first is left
+    out: it pays lazy set-up), plus half again for the range marks. The first batch's spin is
+    sized from it; a fixed guess of 300 µs a call (right for Kineto's CPU tracing) spun the GPU
+    ~11 ms before every case's first batch, and 3 extra iterations to time cost ~5 ms a case."""
+    import numpy as np
+
+    steady = host_s[1:] or host_s
+    return max(_MIN_ENQUEUE_S, 1.5 * float(np.median(steady))) if steady else _FIRST_ENQUEUE_GUESS_S
+
+
 def _enqueue_estimate(call: Callable[[], Any], flush: Optional[Callable[[], None]]) -> float:
-    """Host seconds to enqueue one [flush, call] iteration, from 3 unsynchronized ones after warmup
-    (with the session's tracing on, as in a batch), plus half again for the range marks. The
-    first batch's spin is sized from it; a fixed guess of 300 µs a call (right for Kineto's
-    CPU tracing) spun the GPU ~11 ms before every case's first batch."""
+    """Host seconds to enqueue one [flush, call] iteration of a graph replay, from 3 unsynchronized
+    ones after capture, plus half again for the range marks (the warmup ran the op, not its graph)."""
     import torch
 
     torch.cuda.synchronize()
@@ -165,17 +175,28 @@ class KernelTiming:
 
         s = self.settings
         warm_activity_session()
-        calls, warm_s = warmup(fn, torch.cuda.synchronize, s, rest_s=pause_s)
+        flush = self.flusher.flush if self.flusher.state != "warm" else None
+        host_s: list[float] = []
+
+        def warm_call() -> None:
+            t0 = time.perf_counter()
+            if flush is not None:
+                flush()
+            fn()
+            host_s.append(time.perf_counter() - t0)
+
+        calls, warm_s = warmup(warm_call, torch.cuda.synchronize, s, rest_s=pause_s)
         call = capture_graph(fn) if self.graph else fn
         if self.graph:
             call()
             torch.cuda.synchronize()
-        flush = self.flusher.flush if self.flusher.state != "warm" else None
         samples_us: list[float] = []
         busy_us: list[float] = []
         gaps_ns: list[int] = []
         starved = unattributed = batches = spin_short = 0
-        enqueue_s = _enqueue_estimate(call, flush) if s.spin and pause_s == 0 else _FIRST_ENQUEUE_GUESS_S
+        enqueue_s = _FIRST_ENQUEUE_GUESS_S
+        if s.spin and pause_s == 0:
+            enqueue_s = _enqueue_estimate(call, flush) if self.graph else _enqueue_from_warmup(host_s)
         from operatorx.measure.activity import activity_session
 
         activity_session().discard()        # the warmup's records are not the first batch's
