@@ -64,3 +64,10 @@ def test_all_cases_ok_on_one_or_two_workers(tmp_path, write_testlist, workers):
     outcome = run_testlist(config(tmp_path, write_testlist([fp32(m) for m in (16, 17, 18, 19)]), workers=workers))
     assert [r.status for r in outcome.rows] == ["ok"] * 4
     assert [r.case_index for r in outcome.rows] == [0, 1, 2, 3]
+    # each worker's start-up, step by step, is kept with the run (on many GPUs it bounds the speed-up)
+    workers_info = Store(str(tmp_path / "ox.db")).run_info(outcome.run_id)["workers"]
+    assert len(workers_info) == workers
+    for info in workers_info.values():
+        steps = info["startup_s"]
+        assert {"device", "run_info", "backend", "spawn_to_ready"} <= set(steps)
+        assert steps["spawn_to_ready"] >= sum(v for k, v in steps.items() if k != "spawn_to_ready")

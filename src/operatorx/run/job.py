@@ -8,6 +8,7 @@ boundaries as JSON), then asked for one row per case. The same job runs in a spa
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from typing import Any, Optional, Protocol
 
@@ -66,13 +67,16 @@ class _RunJob:
         from operatorx.run.metadata import run_info
 
         config = spec.config
+        startup = _Stopwatch()
         device = describe_device(device_kind)
+        startup.lap("device")
         peaks, peaks_info = None, None
         if device_kind == "cuda":     # before the timer: no profiler sees the calibration's kernels
             from operatorx.platform.calibrate import device_peaks
 
             peaks, peaks_info = device_peaks(device, recalibrate=config.recalibrate, run_id=spec.run_id,
                                              measure_now=not config.counters_child)   # ncu would perturb it
+            startup.lap("peaks")
         telemetry = Telemetry.for_torch_device(0) if device_kind == "cuda" else Telemetry(None)
         l2_check = None
         if device_kind == "cuda":
@@ -87,19 +91,39 @@ class _RunJob:
                 from operatorx.measure.kernel_timing import warm_activity_session
 
                 warm_activity_session()     # CUPTI's start-up (~1 s) is the worker's, not its first case's
+                startup.lap("activity")
             if config.check_l2:
                 from operatorx.measure.l2_check import check_l2_states
 
                 l2_check = check_l2_states(device.l2_bytes, config.timing.l2_state, telemetry.max_sm_clock_hz())
+                startup.lap("l2_check")
         else:
             timer = HostClockTiming(config.timing)
         self.runner = CaseRunner(config=config, device=device, timer=timer, telemetry=telemetry, l2_check=l2_check,
                                  run_id=spec.run_id, peaks=peaks, testlist=spec.testlist)
-        self.info = {**run_info(device), "l2_check": l2_check, "device_kind": device_kind, "peaks": peaks_info,
-                     "backend_warmup": _warm_backend(config.backend, device_kind)}
+        info = run_info(device)
+        startup.lap("run_info")
+        backend_warmup = _warm_backend(config.backend, device_kind)
+        startup.lap("backend")
+        self.info = {**info, "l2_check": l2_check, "device_kind": device_kind, "peaks": peaks_info,
+                     "backend_warmup": backend_warmup, "startup_s": startup.laps}
 
     def run(self, case: Case, index: int) -> Row:
         return self.runner.run(case, index)
+
+
+class _Stopwatch:
+    """Seconds of each step of a worker's start (the job's info `startup_s`): a sweep pays them once
+    per worker before its first case, and on many GPUs they bound the speed-up."""
+
+    def __init__(self) -> None:
+        self._t = time.perf_counter()
+        self.laps: dict[str, float] = {}
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.laps[name] = round(now - self._t, 4)
+        self._t = now
 
 
 def _warm_backend(backend: str, device_kind: str) -> Optional[str]:

@@ -74,6 +74,7 @@ class WorkerProcess:
 
     def start(self, timeout_s: float = WORKER_START_TIMEOUT_S) -> dict[str, Any]:
         """Spawn the worker and wait for it to be ready; its info (device, software, L2 probe)."""
+        t_spawn = time.monotonic()
         fd, log = tempfile.mkstemp(prefix=f"operatorx-{self.name}-", suffix=".log", dir=self.log_dir)
         self._log_path = Path(log)
         with os.fdopen(fd, "w") as log_file:
@@ -91,6 +92,8 @@ class WorkerProcess:
             self.kill()
             raise WorkerStartError(f"worker {self.name} did not start: {reason}\n{self.stderr_tail()}".rstrip())
         self.info = msg.body.get("info", {})
+        if isinstance(self.info.get("startup_s"), dict):     # spawn to ready: Python, imports, CUDA, the job
+            self.info["startup_s"]["spawn_to_ready"] = round(time.monotonic() - t_spawn, 4)
         return self.info
 
     def _read(self) -> None:
