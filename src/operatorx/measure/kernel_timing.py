@@ -22,6 +22,7 @@ from operatorx.measure.l2 import L2Flusher
 from operatorx.measure.loop import GiveUp, capped_stop, stop_reason, warmup
 from operatorx.measure.measurement import Measurement, NotMeasurable
 from operatorx.measure.settings import TimingSettings
+from operatorx.measure.side_stream import side_stream
 from operatorx.measure.stats import summarize
 from operatorx.measure.trace import STARVED_GAP_NS, trace_batch
 
@@ -47,7 +48,7 @@ def capture_graph(fn: Callable[[], Any]) -> Callable[[], Any]:
     """`fn` captured in a CUDA graph; its replay. An op that cannot be captured is NotMeasurable."""
     import torch
 
-    stream = torch.cuda.Stream()
+    stream = side_stream()                 # one per process: see measure/side_stream.py
     stream.wait_stream(torch.cuda.current_stream())
     graph = torch.cuda.CUDAGraph()
     try:

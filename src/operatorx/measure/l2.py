@@ -97,7 +97,9 @@ class L2Flusher:
         import torch
 
         try:
-            stream = torch.cuda.Stream()
+            from operatorx.measure.side_stream import side_stream
+
+            stream = side_stream()
             stream.wait_stream(torch.cuda.current_stream())
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.stream(stream):

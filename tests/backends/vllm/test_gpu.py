@@ -87,11 +87,6 @@ def test_moe_per_channel_needs_compressed_tensors_or_runs(backends) -> None:
     assert prepared is not None and check.ok, check
 
 
-@pytest.mark.xfail(strict=False, reason="issue 14: on the H200 at 43c7930 every graph-captured case still leaves "
-                   "exactly "
-                   "32.0 MiB after release (eager T=2048 cases 0.1 MiB), the size of one Hopper cuBLAS workspace: "
-                   "graphs.capture warms up on a new torch.cuda.Stream each time, and torch keeps a workspace per "
-                   "stream. One side stream per process is the fix to try; not yet run on a GPU")
 def test_moe_gives_its_memory_back_over_20_cases(backends) -> None:
     """After release, torch's allocated device memory is where it was before prepare, case after
     case (vLLM's shared MoE workspace included): a sweep's later cases never pay for earlier ones."""

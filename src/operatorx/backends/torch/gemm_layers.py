@@ -18,6 +18,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from operatorx.measure.side_stream import side_stream
+
 __all__ = ["float_layers", "fp8_layers", "GraphReplay"]
 
 
@@ -32,7 +34,7 @@ class GraphReplay:
         self.state = state
 
     def _capture(self) -> Any:
-        side = torch.cuda.Stream()
+        side = side_stream()                   # one per process: see measure/side_stream.py
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):          # warm on a side stream, as torch.cuda.graphs advises
             for _ in range(3):

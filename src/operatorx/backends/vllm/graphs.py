@@ -14,6 +14,8 @@ from typing import Any, Optional
 
 import torch
 
+from operatorx.measure.side_stream import side_stream
+
 __all__ = ["GraphOrEager", "graph_size", "CapturedCall", "capture", "eager_kernel_names"]
 
 
@@ -49,7 +51,7 @@ class GraphOrEager:
 
 def capture(fn: Callable[[], Any], warmup: int = 2) -> CapturedCall:
     """Warm up on a side stream (as torch requires), then capture one call of `fn`."""
-    side = torch.cuda.Stream()
+    side = side_stream()                   # one per process: see measure/side_stream.py
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         for _ in range(warmup):
