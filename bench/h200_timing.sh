@@ -3,7 +3,7 @@
 # cupti-python reference, ncu), and a throughput run over a gemm list. Needs the base and cupti kits.
 set -uo pipefail
 bash .device-kit/base-1/install.sh >/dev/null 2>&1
-bash .device-kit/cupti2-1/install.sh >/dev/null 2>&1
+[ -d .device-kit/cupti2-1 ] && bash .device-kit/cupti2-1/install.sh >/dev/null 2>&1   # older sessions: cupti-python is in base now
 export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1
 log=$OUT/log.txt
 {

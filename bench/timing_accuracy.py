@@ -92,7 +92,8 @@ def ours(out: Path) -> None:
             try:
                 done = measure_with_retries(timer, p.fn, telemetry, settings)   # as `operatorx run` does
                 m = done.measurement
-                rows[name] = {"latency_us": m.latency_us, "n": len(m.samples_us), "noise": m.summary["median_noise"],
+                rows[name] = {"latency_us": m.latency_us, "busy_us": m.details.get("busy_us_median"),
+                              "n": len(m.samples_us), "noise": m.summary["median_noise"],
                               "stop": m.stop_reason, "seconds": time.perf_counter() - t0,
                               "starved": m.details.get("starved_calls_dropped"), "label": case.label(),
                               "scheme": case.scheme(), "attempts": done.attempts, "samples_us": m.samples_us}
@@ -148,15 +149,30 @@ def cupti_reference(out: Path) -> None:
         for kind, corr, start, end in records:
             if int(kind) in device_kinds:
                 device.setdefault(corr, []).append((start, end))
-        spans = []
+        spans, busys = [], []
         for t0, t1 in windows:
             mine = [iv for at, corr in launches if t0 <= at <= t1 for iv in device.get(corr, [])]
             if mine:
                 spans.append((max(e for _, e in mine) - min(s for s, _ in mine)) / 1e3)
-        rows[name] = {"latency_us": statistics.median(spans) if spans else None, "n": len(spans),
+                busys.append(_union_ns(mine) / 1e3)
+        rows[name] = {"latency_us": statistics.median(spans) if spans else None,
+                      "busy_us": statistics.median(busys) if busys else None, "n": len(spans),
                       "label": case.label(), "samples_us": spans}
         print(f"cupti {name}: {rows[name]['latency_us']}", flush=True)
     (out / "cupti.json").write_text(json.dumps({"rows": rows}, indent=1))
+
+
+def _union_ns(intervals: list[tuple[int, int]]) -> int:
+    """Time some interval covers: the call's busy time (kernels that overlap count once)."""
+    total, end = 0, None
+    for start, stop in sorted(intervals):
+        if end is None or start > end:
+            total += stop - start
+            end = stop
+        elif stop > end:
+            total += stop - end
+            end = stop
+    return total
 
 
 def ncu_child() -> None:
@@ -198,6 +214,28 @@ def _csv_start(path: Path) -> int:
     return next(i for i, line in enumerate(lines) if line.startswith('"ID"'))
 
 
+def _busy_table(mine: dict[str, Any], ref: dict[str, Any]) -> None:
+    """Busy time (what some kernel of the call ran: span minus the gaps between its kernels) against
+    the reference's busy time of the same windows, and its run-to-run spread."""
+    print(f"{'case':8} {'ref_busy':>9} {'busy/ref':>8} {'busy2/1':>8} {'span-busy':>9}")
+    diffs, misses = [], []
+    for name, row in mine["kernels_1"]["rows"].items():
+        b1, r = row.get("busy_us"), (ref.get(name) or {}).get("busy_us")
+        b2 = mine["kernels_2"]["rows"].get(name, {}).get("busy_us")
+        if b1 and b2:
+            diffs.append(abs(b2 - b1) / b1)
+        if b1 and r and abs(b1 - r) > (max(0.03 * r, 0.3) if r < 10 else 0.03 * r):
+            misses.append(f"{name} busy {b1:.2f} vs ref {r:.2f}")
+        gap = (row.get("latency_us") or 0) - (b1 or 0)
+        print(f"{name:8} {r or float('nan'):9.2f} {(b1 / r) if b1 and r else float('nan'):8.3f} "
+              f"{(b2 / b1) if b1 and b2 else float('nan'):8.4f} {gap:9.2f}")
+    if diffs:
+        diffs.sort()
+        p95 = diffs[min(len(diffs) - 1, int(round(0.95 * (len(diffs) - 1))))]
+        print(f"busy run-to-run |b2-b1|/b1: median {statistics.median(diffs):.4f}, p95 {p95:.4f}, max {max(diffs):.4f}")
+    print("busy outside the target (±3%, ±0.3 µs below 10 µs):", misses or "none")
+
+
 def table(out: Path, ncu_csv: Path | None) -> None:
     mine = json.loads((out / "ours.json").read_text())["passes"]
     ref = json.loads((out / "cupti.json").read_text())["rows"] if (out / "cupti.json").exists() else {}
@@ -233,6 +271,7 @@ def table(out: Path, ncu_csv: Path | None) -> None:
         diffs.sort()
         p95 = diffs[min(len(diffs) - 1, int(round(0.95 * (len(diffs) - 1))))]
         print(f"run-to-run |k2-k1|/k1: median {statistics.median(diffs):.4f}, p95 {p95:.4f}, max {max(diffs):.4f}")
+    _busy_table(mine, ref)
     for key, p in mine.items():
         print(f"pass {key}: {len(p['rows'])} cases, {p['seconds']:.1f} s, {len(p['rows']) / p['seconds']:.1f} cases/s")
     print("outside the target (±3%, ±0.3 µs below 10 µs):", misses or "none")
