@@ -5,7 +5,8 @@
 #            Kineto), the gpu tests outside tests/backends/vllm, then the first $LIMIT (1000) gemm cases
 #            on GPU 0 end to end, with where the time went (bench/sweep_scaling.py)
 #   scaling  (nvidia-h200-x2) the first $LIMIT gemm cases on GPU 0 and on GPUs 0,1
-#   vllm     the vLLM gpu tests, the MoE release test with its output, all of moe_small through vLLM
+#   vllm     every gpu test, and the vLLM MoE release test with its output
+#   moe      all of moe_small through vLLM (every GPU)
 #   accuracy bench/timing_accuracy.py twice back to back (bench/h200_timing.sh)
 #   gpu      every gpu test (tests/web needs the web stack, absent there)
 set -uo pipefail
@@ -42,13 +43,14 @@ case "${1:-speed}" in
       --db /tmp/scaling.db --json "$OUT/scaling.json" 2>&1 | tail -40
     cp /tmp/scaling.db "$OUT/scaling.db" ;;
   vllm)
-    echo "== vLLM gpu tests"
-    timeout 240 python3 -m pytest -m gpu -q -p no:cacheprovider tests/backends/vllm > "$OUT/vllm-tests.txt" 2>&1
-    grep -E "passed|failed|FAILED|ERROR|XPASS|xfail" "$OUT/vllm-tests.txt" | tail -15
+    echo "== every gpu test"
+    timeout 400 python3 -m pytest -m gpu -q -p no:cacheprovider --ignore=tests/web tests > "$OUT/tests.txt" 2>&1
+    grep -E "passed|failed|FAILED|ERROR|XPASS|xfail" "$OUT/tests.txt" | tail -15
     echo "== vLLM MoE memory back on release, with what each case left"
     timeout 120 python3 -m pytest -q -s -p no:cacheprovider --runxfail \
       "tests/backends/vllm/test_gpu.py::test_moe_gives_its_memory_back_over_20_cases" > "$OUT/release.txt" 2>&1
-    grep -v "Warning\|warn" "$OUT/release.txt" | tail -12
+    grep -v "Warning\|warn" "$OUT/release.txt" | tail -12 ;;
+  moe)
     echo "== moe_small through vLLM"
     timeout 300 python3 -m operatorx run -t moe_small --backend vllm --db /tmp/moe.db --results-dir /tmp/moe-res \
       > "$OUT/moe.txt" 2>&1
