@@ -18,15 +18,28 @@ from operatorx.backends.vllm import VllmMoe
 from tests.backends.vllm.cases import moe_case
 
 
-def live_cuda() -> dict[int, torch.Tensor]:
+def live_cuda() -> dict[int, tuple[torch.Tensor, int]]:
+    """Real CUDA tensors the collector sees, with their storage bytes (fake and symbolic ones of
+    torch.compile are left out: they hold no memory)."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
     out = {}
     for obj in gc.get_objects():
         try:
-            if isinstance(obj, torch.Tensor) and obj.is_cuda:
-                out[id(obj)] = obj
+            if isinstance(obj, torch.Tensor) and not isinstance(obj, FakeTensor) and obj.is_cuda:
+                out[id(obj)] = (obj, int(obj.untyped_storage().nbytes()))
         except Exception:  # noqa: BLE001
             pass
     return out
+
+
+def describe(obj: object) -> str:
+    name = type(obj).__name__
+    if isinstance(obj, dict):
+        return f"dict{list(obj)[:4]}"
+    if isinstance(obj, (list, tuple)):
+        return f"{name}[{len(obj)}]"
+    return f"{name}:{getattr(obj, '__qualname__', getattr(obj, '__name__', ''))}"
 
 
 def main() -> None:
@@ -46,10 +59,11 @@ def main() -> None:
         print(f"{case.label()[:60]:60s} left {left / 2**20:8.2f} MiB", flush=True)
         if left > 4 * 2**20:
             new = {k: v for k, v in live_cuda().items() if k not in before_ids}
-            for t in sorted(new.values(), key=lambda t: -t.numel() * t.element_size())[:8]:
-                refs = [type(r).__name__ + (f":{list(r)[:4]}" if isinstance(r, dict) else "")
-                        for r in gc.get_referrers(t)][:4]
-                print(f"   {tuple(t.shape)} {t.dtype} {t.numel() * t.element_size() / 2**20:.2f} MiB refs {refs}")
+            for t, nbytes in sorted(new.values(), key=lambda tb: -tb[1])[:8]:
+                refs = [describe(r) for r in gc.get_referrers(t)][:4]
+                print(f"   {tuple(t.shape)} {t.dtype} {nbytes / 2**20:.2f} MiB refs {refs}")
+                for r in gc.get_referrers(t)[:2]:
+                    print(f"      <- {[describe(rr) for rr in gc.get_referrers(r)][:4]}")
 
 
 if __name__ == "__main__":
