@@ -38,6 +38,21 @@ def test_a_rested_retry_warms_up_with_one_call_once_the_process_is_warm(monkeypa
     assert warmup(lambda: None, lambda: None, settings, rest_s=0.001)[0] == 1
 
 
+def test_the_first_op_of_a_process_rests_as_long_as_each_warmup_call(monkeypatch):
+    """Its one-second floor brings an idle GPU's clocks up without driving it into the power cap."""
+    import operatorx.measure.loop as loop
+
+    slept: list[float] = []
+    monkeypatch.setattr(loop.time, "sleep", slept.append)
+    monkeypatch.setattr(loop, "_process_warmed", False)
+    settings = TimingSettings(warmup_calls=3, warmup_floor_s=0, first_warmup_floor_s=0)
+    calls, _ = warmup(lambda: sum(range(20_000)), lambda: None, settings)
+    assert calls == 3 and len(slept) == 3 and all(s > 0 for s in slept)
+    slept.clear()
+    warmup(lambda: sum(range(20_000)), lambda: None, settings)       # later ops: back to back
+    assert slept == []
+
+
 def test_stop_rules():
     s = TimingSettings(min_samples=10, max_samples=40, noise_target=0.005, max_time_s=0.5, timeout_s=1.0)
     steady, noisy = [10.0] * 10, [10.0, 12.0] * 6
