@@ -8,6 +8,7 @@
 #   vllm     every gpu test, and the vLLM MoE release test with its output
 #   moe      all of moe_small through vLLM (every GPU)
 #   accuracy bench/timing_accuracy.py twice back to back (bench/h200_timing.sh)
+#   final    (nvidia-h200-x2) the gpu tests of measure, run, platform and the torch backends, then scaling
 #   gpu      every gpu test (tests/web needs the web stack, absent there)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -57,6 +58,12 @@ case "${1:-speed}" in
     tail -3 "$OUT/moe.txt"
     python3 -m operatorx results export latest --db /tmp/moe.db --format csv -o "$OUT/moe_small_vllm.csv"
     cp /tmp/moe.db "$OUT/moe.db" ;;
+  final)
+    echo "== gpu tests (measure, run, platform, torch backends)"
+    timeout 150 python3 -m pytest -m gpu -q -p no:cacheprovider tests/measure tests/run tests/platform \
+      tests/backends/torch > "$OUT/tests.txt" 2>&1
+    grep -E "passed|failed|FAILED|ERROR|XPASS" "$OUT/tests.txt" | tail -15
+    bash "$0" scaling ;;
   accuracy)
     SKIP_TESTS=1 SKIP_NCU=1 timeout 560 bash bench/h200_timing.sh 2>&1 | tail -75 ;;
   gpu)
