@@ -24,9 +24,9 @@ def warmup(fn: Callable[[], Any], sync: Callable[[], None], settings: TimingSett
 
     Each call is synchronized, so the floor counts real device time, not queued launches.
     The first op of a process gets the longer floor, to bring an idle GPU's clocks up, and rests
-    after each call as long as the call took: a second of a prefill GEMM back to back brought the
-    H200 to its power cap before the case's first timed call (the heaviest GEMMs, first on each
-    worker in longest-first order, took 3.7 s there against 1.7 s later in a run). `rest_s`: a
+    after each call as long as the call took, so that floor does not drive a prefill GEMM into
+    the power cap by itself (half busy keeps the clocks up: calibrate's warmup, which does the
+    same, ends at 1980 MHz on the H200). `rest_s`: a
     rested retry rests after each warmup call too, or a long GEMM's warmup alone would bring the
     power cap back before its first timed call, and needs one call, not `warmup_calls`, besides
     the floor. Returns (calls, seconds).
