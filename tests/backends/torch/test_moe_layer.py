@@ -113,7 +113,7 @@ REFUSED = {
     "fp8 on CPU": {"experts": _experts(a1=E4M3_1x128, w1=E4M3_128, w2=E4M3_128, a2=E4M3_1x128)},
     "bf16 only": {"experts": _experts(w1={"dtype": "fp16"}, w2={"dtype": "fp16"}, a1={"dtype": "fp16"},
                                       a2={"dtype": "fp16"})},
-    "no definition": {"activation": {"kind": "situ"}},
+    "does not define it yet": {"activation": {"kind": "situ"}},
     "zero experts": {"experts": _experts(zero=4), "router": DEEPSEEK_ROUTER},
 }
 

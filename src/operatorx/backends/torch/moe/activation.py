@@ -22,8 +22,8 @@ _DEFINED = ("silu", "gelu", "gelu_tanh", "swigluoai")
 
 def activation_refusal(act: Activation) -> Optional[str]:
     if act.kind not in _DEFINED:
-        return (f"activation {act.kind!r}: this backend has no definition of it wired "
-                f"(it runs {', '.join(_DEFINED)})")
+        return (f"activation {act.kind!r}: docs/case-format.md does not define it yet, so no backend computes it "
+                f"(this one runs {', '.join(_DEFINED)})")
     if act.kind == "swigluoai" and not act.is_gated:
         return "activation swigluoai is gated by definition; the case says gated: false"
     if not act.is_gated and (act.limit is not None or act.interleaved):
