@@ -264,3 +264,22 @@ def test_every_api_call_is_recorded_when_asked_or_when_cupti_cannot_filter(fake,
     ("cudaStreamIsCapturing_v10000", False), ("cuCtxGetCurrent", False)])
 def test_which_calls_launch_device_work(name, launches):
     assert activity.launches_device_work(name) is launches
+
+
+def test_the_quiet_calls_are_listed_once_and_a_refused_one_turns_the_filter_off(fake, monkeypatch):
+    session = activity.activity_session()
+    assert isinstance(session, activity.CuptiSession) and session.api_filter
+    listed = session._quiet_cbids
+    session.pause()
+    session.resume()
+    assert session._quiet_cbids is listed and len(fake.api_off) == 3
+    monkeypatch.setattr(activity, "_session", None)
+    fake.api_off.clear()
+
+    def refuses_the_driver(cbid: int, enable: int) -> None:
+        raise RuntimeError("CUPTI_ERROR_NOT_SUPPORTED")
+
+    monkeypatch.setattr(fake, "activity_enable_driver_api", refuses_the_driver)
+    session = activity.activity_session()
+    assert isinstance(session, activity.CuptiSession) and not session.api_filter
+    assert fake.api_off == set()            # the runtime calls it had quieted are recorded again

@@ -143,3 +143,10 @@ def test_the_first_spin_is_sized_from_the_warmup_iterations_own_enqueue_time(scr
     spin_s = scripted.spins[0] / 2e9                    # the timer's clock: 2 GHz
     expected_s = kt._SPIN_MARGIN * 1.5 * 0.002 * seen[0]     # 10 calls: min_samples of a 6.5 ms warmup call
     assert 0.95 * expected_s <= spin_s <= 1.5 * expected_s, spin_s
+
+
+def test_one_warmup_call_gives_no_enqueue_estimate():
+    """A retry's single warmup call holds its lazy set-up: the first spin falls back to the guess."""
+    assert kt._enqueue_from_warmup([0.2]) == kt._FIRST_ENQUEUE_GUESS_S
+    assert kt._enqueue_from_warmup([]) == kt._FIRST_ENQUEUE_GUESS_S
+    assert kt._enqueue_from_warmup([0.2, 1e-4, 3e-4, 2e-4]) == pytest.approx(1.5 * 2e-4)

@@ -165,3 +165,39 @@ def test_each_retry_first_rests_the_gpu_for_its_cooldown(monkeypatch):
     monkeypatch.setattr(retry, "TelemetrySampler", _AlwaysCapped)
     retry.measure_with_retries(timer, lambda: None, None, TimingSettings(throttle_retries=3))  # type: ignore[arg-type]
     assert slept == [0.05, 0.1, 0.2] and timer.pauses == [0.0, 0.0005, 0.001, 0.002]
+
+
+def test_two_cut_short_retries_that_agree_do_not_end_the_retries(monkeypatch):
+    """Cut-short attempts hold a few samples each: their agreement is no reason to stop, and stopping
+    there would keep no full attempt. The last attempt (never cut short) runs and is kept."""
+    done, timer = _run(monkeypatch, [21_776.0, 19_350.0, 19_340.0, 19_227.0], [True] * 4, honours_give_up=True)
+    assert len(done.attempts) == 4 and not any(a["converged"] for a in done.attempts)
+    assert [a["stop_reason"] for a in done.attempts] == ["capped"] * 3 + ["noise_target"]
+    assert done.measurement.latency_us == 19_227.0 and done.measurement.stop_reason == "noise_target"
+
+
+def test_a_cut_short_attempt_is_retried_even_when_its_window_reads_uncapped_after_the_cut(monkeypatch):
+    """The timer stopped for the cap, then one more uncapped reading brought the window's share under
+    10%: the attempt still counts as capped and a full one follows."""
+    timer = _Timer([12.0, 11.0], [False, False], honours_give_up=True)
+
+    class CutThenClean:
+        def __init__(self, *args):
+            self.k = len(timer.pauses)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return None
+
+        def summary(self, since_s=None):
+            return {"available": True, "capped": False, "capping_reasons": []}
+
+        def capped_since(self, since_s):
+            return self.k == 0
+
+    monkeypatch.setattr(retry, "TelemetrySampler", CutThenClean)
+    done = retry.measure_with_retries(timer, lambda: None, None, SETTINGS)   # type: ignore[arg-type]
+    assert [a["stop_reason"] for a in done.attempts] == ["capped", "noise_target"]
+    assert done.measurement.latency_us == 11.0

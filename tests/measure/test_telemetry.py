@@ -210,3 +210,21 @@ def test_capped_since_needs_three_readings_in_the_window_before_giving_up():
     fake.clock_mhz, fake.reasons = 1980, []
     sampler.readings += [{**fake.sample(), "t_s": t0 + 0.003}] * 30      # then at full clock for long
     assert not sampler.capped_since(t0)
+
+
+def test_one_stale_capped_reading_does_not_cut_a_short_window():
+    """A rested retry's first reading may still show the previous attempt's cap: one reading of three
+    is a third, but it would be half a percent of the full window. Two capped, the latest among
+    them, are needed to give up early."""
+    fake = FakeTelemetry(clock_mhz=1400, reasons=("sw_power_cap",))
+    sampler = TelemetrySampler(fake, period_s=0.002)                   # type: ignore[arg-type]
+    t0 = time.perf_counter()
+    capped = {**fake.sample(), "t_s": t0 + 0.001}
+    fake.clock_mhz, fake.reasons = 1980, []
+    clean = {**fake.sample(), "t_s": t0 + 0.002}
+    sampler.readings = [capped, clean, clean]
+    assert not sampler.capped_since(t0)
+    sampler.readings = [capped, clean, capped]
+    assert sampler.capped_since(t0)
+    sampler.readings = [capped, capped, clean]                          # the cap has lifted: go on
+    assert not sampler.capped_since(t0)

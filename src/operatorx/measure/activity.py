@@ -151,6 +151,7 @@ class CuptiSession:
         self._device_kinds = {self._kernel_kind, self._memset_kind, self._memcpy_kind}
         self._kinds = [kinds.CONCURRENT_KERNEL, kinds.MEMSET, kinds.MEMCPY, kinds.RUNTIME, kinds.DRIVER]
         self._recording = False
+        self._quiet_cbids: Optional[list[tuple[str, int]]] = None
         self.api_filter = os.environ.get(API_ENV, "").strip().lower() != "all"
         """Whether only the launching API calls are recorded (False: every call, or the CUPTI cannot filter)."""
         self.records_dropped = 0
@@ -242,13 +243,21 @@ class CuptiSession:
         if not all(hasattr(cupti, a) and hasattr(cupti, b) for a, b in pairs):
             self.api_filter = False                 # a CUPTI before 12.6 cannot filter: every call is recorded
             return
+        if self._quiet_cbids is None:               # ~1,400 names: sorted once per process, not per resume
+            self._quiet_cbids = [(fn_name, int(cbid)) for enum_name, fn_name in pairs
+                                 for cbid in getattr(cupti, enum_name)
+                                 if cbid.name not in _NOT_CALLS and not launches_device_work(cbid.name)]
+        done = 0
         try:
-            for enum_name, fn_name in pairs:
-                enable = getattr(cupti, fn_name)
-                for cbid in getattr(cupti, enum_name):
-                    if cbid.name not in _NOT_CALLS and not launches_device_work(cbid.name):
-                        enable(int(cbid), 0)
-        except Exception:  # noqa: BLE001 - a CUPTI that refuses a cbid: said in the rows, the run goes on
+            for fn_name, cbid_value in self._quiet_cbids:
+                getattr(cupti, fn_name)(cbid_value, 0)
+                done += 1
+        except Exception:  # noqa: BLE001 - a CUPTI that refuses a cbid: every call recorded, said in the rows
+            for fn_name, cbid_value in self._quiet_cbids[:done]:
+                try:
+                    getattr(cupti, fn_name)(cbid_value, 1)
+                except Exception:  # noqa: BLE001 - best effort: the rows say `all` either way
+                    pass
             self.api_filter = False
 
     @property

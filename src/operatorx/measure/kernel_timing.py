@@ -111,8 +111,9 @@ def _enqueue_from_warmup(host_s: list[float]) -> float:
     ~11 ms before every case's first batch, and 3 extra iterations to time cost ~5 ms a case."""
     import numpy as np
 
-    steady = host_s[1:] or host_s
-    return max(_MIN_ENQUEUE_S, 1.5 * float(np.median(steady))) if steady else _FIRST_ENQUEUE_GUESS_S
+    if len(host_s) < 2:         # one call (a retry's warmup) holds its lazy set-up too: no estimate
+        return _FIRST_ENQUEUE_GUESS_S
+    return max(_MIN_ENQUEUE_S, 1.5 * float(np.median(host_s[1:])))
 
 
 def _enqueue_estimate(call: Callable[[], Any], flush: Optional[Callable[[], None]]) -> float:

@@ -45,6 +45,11 @@ CONVERGED_REL = 0.005
 """Two paused attempts in a row within this of each other: a longer rest no longer changes the number."""
 
 
+def _cut_short(m: Measurement) -> bool:
+    """The attempt stopped early because its telemetry showed the cap (`give_up`)."""
+    return m.stop_reason == "capped"
+
+
 def _converged(tried: list[tuple[Measurement, dict[str, Any], float]]) -> bool:
     """Whether the last two retries (both paused) agree within CONVERGED_REL, or within their noise.
 
@@ -55,6 +60,8 @@ def _converged(tried: list[tuple[Measurement, dict[str, Any], float]]) -> bool:
     if len(tried) < 3:
         return False
     (a, _, _), (b, _, _) = tried[-2], tried[-1]
+    if _cut_short(a) or _cut_short(b):         # a few samples each: their agreement says little, and
+        return False                           # stopping there would keep no full attempt
     noise = sum(n for n in (a.summary.get("median_noise"), b.summary.get("median_noise"))
                 if n is not None and math.isfinite(n))      # too few samples to know: no allowance
     return abs(b.latency_us / a.latency_us - 1) <= max(CONVERGED_REL, noise)
@@ -82,9 +89,11 @@ def measure_with_retries(timer: _Timer, fn: Callable[[], Any], telemetry: Teleme
                            "kept": False})
             break
         tried.append((m, sampler.summary(since_s=m.details.get("window_start_s")), pause_s))
-        if not tried[-1][1]["capped"] or _converged(tried):
+        # a cut-short attempt counts as capped even where one more reading after the cut brought its
+        # window's share under the line: it was stopped for the cap and holds only a few samples
+        if not (tried[-1][1]["capped"] or _cut_short(m)) or _converged(tried):
             break
-    full = [i for i, (m, _, _) in enumerate(tried) if m.stop_reason != "capped"] or list(range(len(tried)))
+    full = [i for i, (m, _, _) in enumerate(tried) if not _cut_short(m)] or list(range(len(tried)))
     pool = [i for i in full if not tried[i][1]["capped"]] or full
     kept = min(pool, key=lambda i: tried[i][0].latency_us)
     brief = [{"latency_us": m.latency_us, "pause_s": p, "capped": t["capped"],

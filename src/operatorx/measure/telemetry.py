@@ -147,6 +147,14 @@ def _number(value: Any) -> Optional[float]:
     return value if np.isfinite(value) else None
 
 
+def _reading_capped(r: dict[str, Any], capped_clock_fraction: float) -> bool:
+    """A power or thermal reason together with an SM clock under the fraction of its maximum."""
+    limit = _number(r.get("max_sm_clock_mhz"))
+    clock = _number(r.get("sm_clock_mhz"))
+    return bool(_POWER_THERMAL & set(r.get("reasons") or []) and clock is not None and limit
+                and clock < capped_clock_fraction * limit)
+
+
 def summarize_readings(readings: list[dict[str, Any]], energy_mj: Optional[float],
                        capped_clock_fraction: float) -> dict[str, Any]:
     """min/p50/max per quantity, reason counts, energy, and whether the readings show a cap."""
@@ -158,14 +166,9 @@ def summarize_readings(readings: list[dict[str, Any]], energy_mj: Optional[float
     counts: dict[str, int] = {}
     capped_readings = 0
     for r in readings:
-        reasons = r.get("reasons") or []
-        for reason in reasons:
+        for reason in r.get("reasons") or []:
             counts[reason] = counts.get(reason, 0) + 1
-        limit = _number(r.get("max_sm_clock_mhz"))
-        clock = _number(r.get("sm_clock_mhz"))
-        if (_POWER_THERMAL & set(reasons) and clock is not None and limit
-                and clock < capped_clock_fraction * limit):
-            capped_readings += 1
+        capped_readings += _reading_capped(r, capped_clock_fraction)
     out["reasons"] = counts
     out["capped_readings"] = capped_readings
     out["capped"] = capped_readings > 0 and capped_readings >= CAPPED_SHARE * len(readings)
@@ -235,12 +238,19 @@ class TelemetrySampler:
         return self._thread is not None and self._thread.is_alive()
 
     def capped_since(self, since_s: float) -> bool:
-        """Whether the readings taken since `since_s` (at least three) already judge the attempt
-        capped: the timer then stops sampling it early, and the retry rests the GPU (measure/retry.py)."""
+        """Whether the readings taken since `since_s` already judge the attempt capped: the timer then
+        stops sampling it early, and the retry rests the GPU (measure/retry.py). Stricter than the
+        final verdict on a short window: at least three readings, two of them capped, the latest
+        among them. One stale reading as a rested retry begins is a third of three readings but
+        would be half a percent of the full window, which forgives it."""
         readings = [r for r in list(self.readings) if r.get("t_s", since_s) >= since_s]
-        if len(readings) < _MIN_READINGS_TO_GIVE_UP:
+        if len(readings) < _MIN_READINGS_TO_GIVE_UP or not self._is_capped(readings[-1]):
             return False
-        return bool(summarize_readings(readings, None, self.capped_clock_fraction)["capped"])
+        capped = sum(self._is_capped(r) for r in readings)
+        return capped >= 2 and capped >= CAPPED_SHARE * len(readings)
+
+    def _is_capped(self, reading: dict[str, Any]) -> bool:
+        return _reading_capped(reading, self.capped_clock_fraction)
 
     def summary(self, since_s: Optional[float] = None) -> dict[str, Any]:
         """The readings' summary. With `since_s` (a perf_counter time: when the timed calls began)
