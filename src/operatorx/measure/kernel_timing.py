@@ -199,9 +199,10 @@ class KernelTiming:
         enqueue_s = _FIRST_ENQUEUE_GUESS_S
         if s.spin and pause_s == 0:
             enqueue_s = _enqueue_estimate(call, flush) if self.graph else _enqueue_from_warmup(host_s)
-        from operatorx.measure.activity import activity_session
+        from operatorx.measure.activity import CuptiSession, activity_session, fallback_reason
 
-        activity_session().discard()        # the warmup's records are not the first batch's
+        session = activity_session()
+        session.discard()                   # the warmup's records are not the first batch's
         spin_s = batches_s = 0.0
         records_dropped = 0
         wall0 = time.perf_counter()
@@ -256,9 +257,6 @@ class KernelTiming:
                                     f"({starved} calls): the op cannot be fed fast enough to time its device work")
         import numpy as np
 
-        from operatorx.measure.activity import CuptiSession, activity_session, fallback_reason
-
-        session = activity_session()
         api_calls = (("launches" if session.api_filter else "all") if isinstance(session, CuptiSession) else None)
 
         details = {**self.flusher.to_json(), "spin": s.spin,
