@@ -32,33 +32,13 @@ class _Timer:
         return Measurement("fake", "device", samples, summarize(samples), 0, 0.0, "noise_target")
 
 
-class _AlwaysCapped:
-    """A sampler whose every reading shows the cap."""
-
-    def __init__(self, *args):
-        pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return None
-
-    def summary(self, since_s=None):
-        return {"available": True, "capped": True, "capping_reasons": ["sw_power_cap"]}
-
-    def capped_since(self, since_s):
-        return True
-
-
-def _run(monkeypatch, latencies, capped, honours_give_up=False):
-    timer = _Timer(latencies, capped, honours_give_up)
+def _sampler(timer, capped_at_end, cut):
+    """A sampler class for attempt k (the timer's attempt count when it is made): its window's final
+    verdict is `capped_at_end(k)`, and `cut(k)` is what it tells the timer while it runs."""
 
     class Sampler:
-        """What the real sampler would say of the attempt the timer is in."""
-
         def __init__(self, *args):
-            self.k = len(timer.pauses)
+            self.k = len(timer.pauses) if timer is not None else 0
 
         def __enter__(self):
             return self
@@ -67,13 +47,25 @@ def _run(monkeypatch, latencies, capped, honours_give_up=False):
             return None
 
         def summary(self, since_s=None):
-            c = timer.capped[self.k]
+            c = capped_at_end(self.k)
             return {"available": True, "capped": c, "capping_reasons": ["sw_power_cap"] if c else []}
 
         def capped_since(self, since_s):
-            return timer.capped[self.k]
+            return cut(self.k)
 
-    monkeypatch.setattr(retry, "TelemetrySampler", Sampler)
+    return Sampler
+
+
+_AlwaysCapped = _sampler(None, lambda k: True, lambda k: True)
+"""A sampler whose every reading shows the cap."""
+
+
+def _run(monkeypatch, latencies, capped, honours_give_up=False):
+    timer = _Timer(latencies, capped, honours_give_up)
+
+    sampler = _sampler(timer, lambda k: timer.capped[k], lambda k: timer.capped[k])
+
+    monkeypatch.setattr(retry, "TelemetrySampler", sampler)
     return retry.measure_with_retries(timer, lambda: None, None, SETTINGS), timer   # type: ignore[arg-type]
 
 
@@ -181,23 +173,8 @@ def test_a_cut_short_attempt_is_retried_even_when_its_window_reads_uncapped_afte
     10%: the attempt still counts as capped and a full one follows."""
     timer = _Timer([12.0, 11.0], [False, False], honours_give_up=True)
 
-    class CutThenClean:
-        def __init__(self, *args):
-            self.k = len(timer.pauses)
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return None
-
-        def summary(self, since_s=None):
-            return {"available": True, "capped": False, "capping_reasons": []}
-
-        def capped_since(self, since_s):
-            return self.k == 0
-
-    monkeypatch.setattr(retry, "TelemetrySampler", CutThenClean)
+    cut_then_clean = _sampler(timer, lambda k: False, lambda k: k == 0)
+    monkeypatch.setattr(retry, "TelemetrySampler", cut_then_clean)
     done = retry.measure_with_retries(timer, lambda: None, None, SETTINGS)   # type: ignore[arg-type]
     assert [a["stop_reason"] for a in done.attempts] == ["capped", "noise_target"]
     assert done.measurement.latency_us == 11.0
