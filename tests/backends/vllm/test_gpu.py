@@ -88,10 +88,11 @@ def test_moe_per_channel_needs_compressed_tensors_or_runs(backends) -> None:
 
 
 @pytest.mark.xfail(strict=False, reason="issue 14: on the H200 at 77f0808 (one side stream per process) the 32 MiB "
-                   "per graph-captured case is gone, but the first bf16 DeepSeek-style case leaves 49.5 MiB that only "
-                   "the first block-FP8 DeepSeek-style case frees (every other case: under 0.2 MiB). "
-                   "bench/vllm_memory_probe.py shows that case's router and expert weights still alive after release, "
-                   "reached through a bound FusedMoERouter.select_experts")
+                   "per graph-captured case is gone; what is left reads as size(case) - size(previous case): +49.5 MiB "
+                   "at the first bf16 case after an fp8 one, -49.5 MiB at the first fp8 case after bf16 ones, under "
+                   "0.2 MiB elsewhere. So each case's weights outlive its release until the next collection: "
+                   "bench/vllm_memory_probe.py finds them reachable, after release, through a bound "
+                   "FusedMoERouter.select_experts (our RouterHook wraps it)")
 def test_moe_gives_its_memory_back_over_20_cases(backends) -> None:
     """After release, torch's allocated device memory is where it was before prepare, case after
     case (vLLM's shared MoE workspace included): a sweep's later cases never pay for earlier ones."""
