@@ -120,29 +120,26 @@ def browser_page() -> Iterator[Any]:
         assert not problems, problems
 
 
-def test_roofline_page_draws_measured_and_datasheet_ceilings(measured_db, browser_page, tmp_path):
+def _roofline_trace_names(db_path, browser_page, tmp_path, page_word: str) -> list[str]:
+    """The trace names of the built site's roofline page whose file name holds `page_word`."""
     from operatorx.web.site import build_site
 
-    path, run = measured_db
-    build_site(Queries.open(str(path)), tmp_path / "site")
-    page = next(p for p in (tmp_path / "site").glob("roofline-*.html") if "measured" in p.name)
+    build_site(Queries.open(str(db_path)), tmp_path / "site")
+    page = next(p for p in (tmp_path / "site").glob("roofline-*.html") if page_word in p.name)
     browser_page.goto(page.as_uri())
     browser_page.wait_for_selector("#plot-roofline[data-drawn='1']", timeout=15000)
-    names = browser_page.evaluate("document.getElementById('plot-roofline').data.map(t => t.name)")
+    return browser_page.evaluate("document.getElementById('plot-roofline').data.map(t => t.name)")
+
+
+def test_roofline_page_draws_measured_and_datasheet_ceilings(measured_db, browser_page, tmp_path):
+    names = _roofline_trace_names(measured_db[0], browser_page, tmp_path, "measured")
     assert "bf16 ceiling (measured) 1 TFLOP/s, 40 GB/s" in names, names
     assert "bf16 datasheet 1 TFLOP/s, 50 GB/s" in names, names
     assert browser_page.locator("#plot-roofline .scatterlayer .trace").count() == 3   # points, measured, datasheet
 
 
 def test_roofline_page_labels_each_ceiling_by_what_was_measured(measured_db, browser_page, tmp_path):
-    from operatorx.web.site import build_site
-
-    path, _ = measured_db
-    build_site(Queries.open(str(path)), tmp_path / "site")
-    page = next(p for p in (tmp_path / "site").glob("roofline-*.html") if "mixed" in p.name)
-    browser_page.goto(page.as_uri())
-    browser_page.wait_for_selector("#plot-roofline[data-drawn='1']", timeout=15000)
-    names = browser_page.evaluate("document.getElementById('plot-roofline').data.map(t => t.name)")
+    names = _roofline_trace_names(measured_db[0], browser_page, tmp_path, "mixed")
     assert "bf16 ceiling (measured) 1 TFLOP/s, 40 GB/s" in names, names
     assert "fp16 ceiling (memory measured) 2 TFLOP/s, 40 GB/s" in names, names     # its compute: the datasheet's
     assert not any(n.startswith("fp16 ceiling (measured)") for n in names), names
