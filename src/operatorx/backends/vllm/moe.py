@@ -111,22 +111,28 @@ def _prepared(args: MoeArgs, plan: quant_map.Plan, built: Any, stack: ExitStack)
     layers = _layers(built)
 
     def release() -> None:
-        b = state.pop("built", None)
-        layers.clear()                  # bound methods of the block: they would keep its weights alive
         try:
-            if b is not None:
-                b.forget()
+            _let_go(state.pop("built", None), layers)
         finally:
             stack.close()
             VllmEnv.get().drop_workspace()
             # vLLM's modules sit in reference cycles (hooks and bound methods back to their owner), so
             # dropping the last outside reference frees nothing until a later GC pass: on the H200 each
-            # released case still held its ~131 MiB of weights until some later case's allocation
-            # triggered one. A released case gives its memory back now.
+            # released case still held its weights until some later case's allocation triggered one.
+            # The collection runs here, after `_let_go` returned: a local still naming the block
+            # while it runs would keep the whole block alive through it (what the H200 showed at 77f0808).
             gc.collect()
 
     return Prepared(fn=fn, check=check, metadata=built.metadata, release=release,
                     min_bytes=args.min_bytes(experts_hit=built.metadata["experts_hit"]), layers=layers)
+
+
+def _let_go(built: Any, layers: dict[str, Any]) -> None:
+    """Drop every reference this backend made into the block: the deeper entry points (bound methods
+    of the block), the router hook set on the router instance, the config's layer registry, the graph."""
+    layers.clear()
+    if built is not None:
+        built.forget()
 
 
 def _layers(built: Any) -> dict[str, Any]:

@@ -78,7 +78,15 @@ class BuiltMoe(GraphOrEager):
         return cast(torch.Tensor, out)
 
     def forget(self) -> None:
+        """Break what ties the block to itself and to the process: the router's instance attribute
+        `select_experts` (our hook, holding the router's bound method: a cycle through the router),
+        the hook's recorded tensors, the graph, and the config's layer registry."""
         self.graph = None
+        router = getattr(getattr(self.block, "experts", None), "router", None)
+        if router is not None and router.__dict__.get("select_experts") is self.hook:
+            del router.select_experts
+        self.hook.inner, self.hook.forced, self.hook.seen = None, None, None
+        self.hook._forced_as.clear()
         self.env.forget_layer(f"{self.prefix}.experts")
 
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Device calls of session 5 (issues 11, 14, 15), with the base kit (pydantic, SQLAlchemy, alembic,
+# Device calls of session 6 (issues 11, 14, 15; session 5's were the same modes under h200_round5.sh, kept in
+# its commits), with the base kit (pydantic, SQLAlchemy, alembic,
 # cupti-python) and, for `vllm`, the vllm kit carried (../shared/device/README.md):
 #   speed    per-batch cost of each activity source (CUPTI recording launches only / every API call /
 #            Kineto), the gpu tests outside tests/backends/vllm, then the first $LIMIT (1000) gemm cases
@@ -63,6 +64,11 @@ case "${1:-speed}" in
     timeout 150 python3 -m pytest -m gpu -q -p no:cacheprovider tests/measure tests/run tests/platform \
       tests/backends/torch > "$OUT/tests.txt" 2>&1
     grep -E "passed|failed|FAILED|ERROR|XPASS" "$OUT/tests.txt" | tail -15
+    if [ -n "${PROFILE:-}" ]; then
+      echo "== profile of a worker's loop (first 400 gemm cases up to 500 GFLOP)"
+      timeout 150 python3 bench/profile_run.py gemm 400 500 > "$OUT/profile.txt" 2>&1
+      head -60 "$OUT/profile.txt" | cut -c1-160
+    fi
     bash "$0" scaling ;;
   accuracy)
     SKIP_TESTS=1 SKIP_NCU=1 timeout 560 bash bench/h200_timing.sh 2>&1 | tail -75 ;;
