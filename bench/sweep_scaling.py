@@ -115,7 +115,7 @@ def main() -> None:
         print(f"--gpus {gpus}: {len(rows)} cases in {wall_s:.1f} s = {len(rows) / wall_s:.2f} cases/s {counts}")
         info = Store(args.db, create=False).run_info(run_id) or {}
         for slot, worker in sorted((info.get("workers") or {}).items()):
-            print(f"  {slot} start-up (s): {worker.get('startup_s')}")
+            print(f"  {slot} start-up (s): {worker.get('startup_s')}; clock ramp: {worker.get('clock_ramp')}")
         _where_time_goes(rows)
     base = results[0]
     base_ok = {r.key()[0]: r for r in base["rows"] if r.status == "ok"}

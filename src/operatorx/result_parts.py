@@ -244,7 +244,9 @@ class Telemetry(OpenPart):
     mem_clock_mhz: Optional[dict[str, Any]] = doc("memory clock `min`/`p50`/`max`", "MHz")
     power_w: Optional[dict[str, Any]] = doc("board power `min`/`p50`/`max`", "W")
     temperature_c: Optional[dict[str, Any]] = doc("GPU temperature `min`/`p50`/`max`", "°C")
-    energy_mj: Optional[float] = doc("energy over the whole attempt", "mJ")
+    energy_mj: Optional[float] = doc("energy the GPU used between the attempt's first and last telemetry "
+                                     "readings (`energy_s` long)", "mJ")
+    energy_s: Optional[float] = doc("how long the `energy_mj` interval was", "s")
     attempts: Optional[list[dict[str, Any]]] = doc("every attempt in brief (`latency_us`, `pause_s`, `capped`, "
                                                    "`converged`, `kept`): a capped attempt is retried with pauses "
                                                    "as long as the call (at least 2 ms), doubling, until one is "

@@ -33,12 +33,13 @@ def scripted(monkeypatch):
     seen: list[int] = []
     spins: list[int] = []
 
-    def install(make_calls):
+    def install(make_calls, queue_left=None):
         def fake_trace_batch(call, n, flush, spin_cycles, pause_s=0.0, pause_spin_cycles=0):
             seen.append(n)
             spins.append(spin_cycles)
+            left = queue_left(spin_cycles / 2e9, n) if queue_left is not None else None
             return TraceBatch(calls=make_calls(len(seen), n), harness_activities=2 * n, unattributed=0,
-                              enqueue_s_per_call=50e-6)
+                              enqueue_s_per_call=50e-6, queue_left_ns=None if left is None else int(left * 1e9))
         monkeypatch.setattr(kt, "trace_batch", fake_trace_batch)
         install.spins = spins
         return seen
@@ -139,10 +140,45 @@ def test_the_first_spin_is_sized_from_the_warmup_iterations_own_enqueue_time(scr
         time.sleep(0.02 if first[0] else 0.002)       # the first call pays lazy set-up
         first[0] = False
 
-    _timer(warmup_calls=4).measure(op)
+    _timer(warmup_calls=4, rested_call_s=0).measure(op)     # (a 2 ms call would otherwise be timed rested)
     spin_s = scripted.spins[0] / 2e9                    # the timer's clock: 2 GHz
-    expected_s = kt._SPIN_MARGIN * 1.5 * 0.002 * seen[0]     # 10 calls: min_samples of a 6.5 ms warmup call
+    expected_s = kt._SPIN_MARGIN * 1.5 * 0.002 * seen[0]
     assert 0.95 * expected_s <= spin_s <= 1.5 * expected_s, spin_s
+
+
+def test_a_long_call_is_timed_rested_from_the_first_attempt_its_warmup_included(scripted, monkeypatch):
+    """A call of `rested_call_s` or more rests as long as itself after each warmup call and each timed
+    call, unasked: on the H200 every GEMM from ~1 ms up capped its first, unrested attempt."""
+    scripted(lambda b, n: [_call(3_000_000) for _ in range(n)])
+    slept: list[float] = []
+    real_sleep = time.sleep
+
+    def op() -> None:
+        real_sleep(0.003)
+
+    monkeypatch.setattr(time, "sleep", slept.append)
+    m = _timer(warmup_calls=3, rested_call_s=0.002).measure(op)
+    assert len(slept) == 3                         # after each warmup call
+    assert all(0.003 <= s < 0.03 for s in slept), slept
+    assert 0.003 <= m.details["pause_s"] < 0.03
+    assert _timer(warmup_calls=3, rested_call_s=0.005).measure(op).details["pause_s"] == 0.0    # shorter: batched
+
+
+def test_the_spin_is_trimmed_to_what_the_host_lags_behind_the_gpu_plus_a_few_calls(scripted):
+    """Host 50 µs a call, GPU 30 µs (a µs GEMM behind its flush): after the first batch the spin
+    covers n x 20 µs plus 8 calls' enqueue, not 1.2 x n x 50 µs; a starved batch undoes the trim."""
+    import itertools
+
+    spread = itertools.cycle([9_000, 10_000, 11_000, 12_000])      # noisy: several batches
+    host_s, gpu_s = 50e-6, 30e-6
+    seen = scripted(lambda b, n: [_call(next(spread)) for _ in range(n)],
+                    queue_left=lambda spin_s, n: spin_s + n * gpu_s - n * host_s)
+    _timer(max_time_s=0.05, max_samples=600, rested_call_s=0).measure(lambda: None)
+    spins_s = [c / 2e9 for c in scripted.spins]
+    assert len(seen) >= 2
+    for n, spin_s in zip(seen[1:], spins_s[1:], strict=True):
+        assert spin_s == pytest.approx(kt._QUEUE_LEFT_CALLS * 50e-6 + n * (host_s - gpu_s), rel=1e-3)
+        assert spin_s < 0.6 * kt._SPIN_MARGIN * 50e-6 * n
 
 
 def test_one_warmup_call_gives_no_enqueue_estimate():

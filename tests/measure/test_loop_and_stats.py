@@ -23,9 +23,20 @@ def test_summarize_refuses_nothing():
 
 def test_warmup_honours_calls_and_floor():
     calls = []
-    n, secs = warmup(lambda: calls.append(1), lambda: None,
-                     TimingSettings(warmup_calls=3, warmup_floor_s=0.02, first_warmup_floor_s=0.02))
-    assert n == len(calls) >= 3 and secs >= 0.02
+    n, secs, call_s = warmup(lambda: calls.append(1), lambda: None,
+                             TimingSettings(warmup_calls=3, warmup_floor_s=0.02, first_warmup_floor_s=0.02))
+    assert n == len(calls) >= 3 and secs >= 0.02 and 0 <= call_s < 0.005
+
+
+def test_warmup_reports_the_median_call_after_the_first():
+    """The first call pays lazy set-up; the later ones say how long a call takes."""
+    times = iter([0.02, 0.002, 0.003, 0.002])
+
+    def op() -> None:
+        time.sleep(next(times))
+
+    _, _, call_s = warmup(op, lambda: None, TimingSettings(warmup_calls=4, warmup_floor_s=0, first_warmup_floor_s=0))
+    assert 0.002 <= call_s < 0.004
 
 
 def test_a_rested_retry_warms_up_with_one_call_once_the_process_is_warm(monkeypatch):
@@ -46,7 +57,7 @@ def test_the_first_op_of_a_process_rests_as_long_as_each_warmup_call(monkeypatch
     monkeypatch.setattr(loop.time, "sleep", slept.append)
     monkeypatch.setattr(loop, "_process_warmed", False)
     settings = TimingSettings(warmup_calls=3, warmup_floor_s=0, first_warmup_floor_s=0)
-    calls, _ = warmup(lambda: sum(range(20_000)), lambda: None, settings)
+    calls, _, _ = warmup(lambda: sum(range(20_000)), lambda: None, settings)
     assert calls == 3 and len(slept) == 3 and all(s > 0 for s in slept)
     slept.clear()
     warmup(lambda: sum(range(20_000)), lambda: None, settings)       # later ops: back to back
@@ -94,8 +105,10 @@ def test_host_clock_measures_a_known_sleep():
 
 def test_retry_pauses_grow():
     s = TimingSettings()
-    assert [s.pause_s(k) for k in range(4)] == [0.0, 0.0005, 0.001, 0.002]
+    assert [s.pause_s(k, call_s=100e-6) for k in range(4)] == [0.0, 0.0005, 0.001, 0.002]
+    assert [s.pause_s(k, call_s=5e-6) for k in range(4)] == [0.0] * 4        # a µs call: its cooldown only
     assert [s.cooldown_s(k) for k in range(4)] == [0.0, 0.05, 0.1, 0.2]
+    assert s.rested_pause_s(0.0009) == 0.0 and s.rested_pause_s(0.002) == 0.002 and s.rested_pause_s(2.0) == 0.05
     assert [s.pause_s(k, call_s=0.017) for k in range(4)] == [0.0, 0.017, 0.034, 0.068]   # a long call: its own length
     assert [s.pause_s(k, call_s=1.0) for k in range(4)] == [0.0, 0.05, 0.1, 0.2]        # a seconds-long call: capped
 

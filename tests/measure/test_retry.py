@@ -7,7 +7,8 @@ import pytest
 import operatorx.measure.retry as retry
 from operatorx.measure import Measurement, NotMeasurable, TimingSettings, summarize
 
-SETTINGS = TimingSettings(throttle_retries=3, throttle_pause_s=0.002, throttle_cooldown_s=0.0)
+SETTINGS = TimingSettings(throttle_retries=3, throttle_pause_s=0.002, throttle_cooldown_s=0.0,
+                          unpaused_retry_below_s=0.0, rested_call_s=0.0)
 
 
 class _Timer:
@@ -156,7 +157,33 @@ def test_each_retry_first_rests_the_gpu_for_its_cooldown(monkeypatch):
 
     monkeypatch.setattr(retry, "TelemetrySampler", _AlwaysCapped)
     retry.measure_with_retries(timer, lambda: None, None, TimingSettings(throttle_retries=3))  # type: ignore[arg-type]
+    assert slept == [0.05, 0.1, 0.2]
+    assert timer.pauses == [0.0] * 4        # a 12 µs call cannot hold the cap by itself: rested by the cooldown only
+    slept.clear()
+    timer = _Timer([120.0, 110.0, 100.0, 95.0], [True] * 4)
+    retry.measure_with_retries(timer, lambda: None, None, TimingSettings(throttle_retries=3))  # type: ignore[arg-type]
     assert slept == [0.05, 0.1, 0.2] and timer.pauses == [0.0, 0.0005, 0.001, 0.002]
+
+
+class _RestedTimer(_Timer):
+    """A long call: the timer rests it from the first attempt on its own (pause in the details)."""
+
+    def measure(self, fn, pause_s=0.0, give_up=None):
+        m = super().measure(fn, pause_s, give_up)
+        m.details["pause_s"] = pause_s or self.latencies[0] * 1e-6
+        return m
+
+
+def test_a_call_rested_from_its_first_attempt_doubles_its_pause_and_two_rested_attempts_can_converge(monkeypatch):
+    """The first attempt already rested (settings.rested_call_s): the retry rests twice as long, and
+    when the two agree the retries end, the kept number flagged capped as before."""
+    timer = _RestedTimer([19_614.0, 19_655.0, 19_500.0, 19_400.0], [True] * 4)
+    monkeypatch.setattr(retry, "TelemetrySampler", _sampler(timer, lambda k: True, lambda k: False))
+    done = retry.measure_with_retries(timer, lambda: None, None, SETTINGS)   # type: ignore[arg-type]
+    assert timer.pauses == [0.0, pytest.approx(2 * 0.019614)]
+    assert [a["pause_s"] for a in done.attempts] == [pytest.approx(0.019614), pytest.approx(2 * 0.019614)]
+    assert [a["converged"] for a in done.attempts] == [False, True] and done.telemetry["capped"]
+    assert done.measurement.latency_us == 19_614.0
 
 
 def test_two_cut_short_retries_that_agree_do_not_end_the_retries(monkeypatch):

@@ -298,6 +298,7 @@ class CuptiSession:
             t_begin = now()
             enqueue_s = run_marked_loop(lambda name: _Mark(now, ranges, name), call, n, flush, spin_cycles,
                                         pause_s, pause_spin_cycles)
+            t_host_end = now()
             torch.cuda.synchronize()
             device, launch_at, dropped = self._take()
         finally:
@@ -306,8 +307,10 @@ class CuptiSession:
         # work launched before this batch began (an earlier case's tail) is not the batch's
         mine = [(act, at) for act, at in mine if at is None or at >= t_begin]
         calls, harness, unattributed = attribute_launches(ranges, mine)
+        last_end = max((act.end_ns for act, _ in mine), default=None)
         return TraceBatch(calls=calls, harness_activities=harness, unattributed=unattributed,
-                          enqueue_s_per_call=enqueue_s, source=self.name, records_dropped=dropped)
+                          enqueue_s_per_call=enqueue_s, source=self.name, records_dropped=dropped,
+                          queue_left_ns=last_end - t_host_end if last_end is not None else None)
 
 
 _session: Optional[ActivitySession] = None

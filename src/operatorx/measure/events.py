@@ -56,7 +56,8 @@ class EventTiming:
 
     def _measure(self, fn: Callable[[], Any], pause_s: float, give_up: Optional[GiveUp]) -> Measurement:
         s = self.settings
-        calls, warm_s = warmup(fn, torch.cuda.synchronize, s, rest_s=pause_s)
+        calls, warm_s, call_s = warmup(fn, torch.cuda.synchronize, s, rest_s=pause_s, rest_long_calls=True)
+        pause_s = pause_s or s.rested_pause_s(call_s)       # a long call is timed rested from the first attempt
         enqueue_s = self._enqueue_s(fn)
         samples_us: list[float] = []
         spins = spin_short = 0

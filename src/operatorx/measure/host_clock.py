@@ -47,7 +47,7 @@ class HostClockTiming:
     def measure(self, fn: Callable[[], Any], pause_s: float = 0.0, give_up: Optional[GiveUp] = None) -> Measurement:
         s = self.settings
         # first: the intra-op pool exists before the probe lists threads
-        calls, warm_s = warmup(fn, lambda: None, s, rest_s=pause_s)
+        calls, warm_s, _ = warmup(fn, lambda: None, s, rest_s=pause_s)
         clean_us: list[float] = []
         contended_us: list[float] = []
         every_us: list[float] = []

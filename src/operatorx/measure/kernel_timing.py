@@ -40,6 +40,8 @@ _FIRST_BATCH_S = 0.05       # the first batch's calls take about this long at mo
 _ALL_STARVED_BATCHES = 3    # this many batches with every call starved: the op waits on the host itself
 _EMPTY_BATCHES = 3          # this many batches in a row with no device work recorded: nothing to time
 _MAX_SPIN_S = 0.25
+_QUEUE_LEFT_CALLS = 8       # the spin is trimmed so that about this many calls' enqueue time is still queued
+_MIN_QUEUE_LEFT_S = 100e-6  # on the GPU when the host has enqueued the batch's last call (never less than this)
 _FIRST_ENQUEUE_GUESS_S = 300e-6   # per iteration in pause mode before a batch has measured it (starved calls of
                                   # a short first spin are dropped, and the next spin grows)
 
@@ -161,6 +163,24 @@ def _next_batch(samples_us: list[float], s: TimingSettings, n: int, call_s: floa
     return int(min(_MAX_BATCH, fits, max(s.batch_size, 1.2 * needed)))
 
 
+def _next_spin_s(lead_s_per_call: float, n: int, enqueue_s: float) -> float:
+    """The spin ahead of a batch of `n` calls, once a batch has measured how far the host falls behind
+    the GPU per call (`lead_s_per_call`, negative when the GPU is the slower one): enough that the
+    last call still has `_QUEUE_LEFT_CALLS` calls' worth of work queued before it, and never less
+    than that (the first calls need a head start however fast the GPU drains). A fixed 1.2 x the
+    host's whole enqueue time also waited for the GPU's own work: a 5 µs GEMM behind its 25 µs L2
+    flush spun the GPU ~70% longer than the host needed."""
+    keep_s = max(_MIN_QUEUE_LEFT_S, _QUEUE_LEFT_CALLS * enqueue_s)
+    return max(keep_s, keep_s + n * lead_s_per_call)
+
+
+def _host_lead_s(spin_s: float, n: int, queue_left_s: float) -> float:
+    """Per call, how much longer the host took to enqueue than the GPU took to run, from one batch:
+    the GPU had `spin_s + n * gpu` of work, the host took `n * host`, and `queue_left_s` of it was
+    still queued when the host finished, so `n * (host - gpu) = spin_s - queue_left_s`."""
+    return (spin_s - queue_left_s) / n
+
+
 class KernelTiming:
     def __init__(self, settings: TimingSettings, flusher: L2Flusher, sm_clock_hz: float, graph: bool = False):
         self.settings = settings
@@ -187,7 +207,8 @@ class KernelTiming:
             fn()
             host_s.append(time.perf_counter() - t0)
 
-        calls, warm_s = warmup(warm_call, torch.cuda.synchronize, s, rest_s=pause_s)
+        calls, warm_s, call_s = warmup(warm_call, torch.cuda.synchronize, s, rest_s=pause_s, rest_long_calls=True)
+        pause_s = pause_s or s.rested_pause_s(call_s)       # a long call is timed rested from the first attempt
         call = capture_graph(fn) if self.graph else fn
         if self.graph:
             call()
@@ -203,25 +224,29 @@ class KernelTiming:
 
         session = activity_session()
         session.discard()                   # the warmup's records are not the first batch's
-        spin_s = batches_s = 0.0
+        spin_gpu_s = batches_s = 0.0
         records_dropped = 0
         wall0 = time.perf_counter()
         reason = None
         batch = None
-        n = _first_batch(s, warm_s / calls if calls else 0.0)
+        n = _first_batch(s, call_s)
+        lead_s: Optional[float] = None      # host behind GPU per call, once a batch has measured it
         all_starved_streak = 0
         empty_batches = 0
         starved_kept = 0
         gaps_included = False
         while reason is None:
             n = max(1, min(n, s.max_samples - len(samples_us)))
-            spin = self._cycles(_SPIN_MARGIN * enqueue_s * n) if s.spin and pause_s == 0 else 0
+            spin_s = 0.0
+            if s.spin and pause_s == 0:
+                spin_s = _SPIN_MARGIN * enqueue_s * n if lead_s is None else _next_spin_s(lead_s, n, enqueue_s)
+            spin = self._cycles(spin_s)
             pause_spin = self._cycles(2 * enqueue_s + _PAUSE_SPIN_S) if s.spin else 0
             t_batch = time.perf_counter()
             batch = trace_batch(call, n, flush, spin, pause_s=pause_s, pause_spin_cycles=pause_spin)
             batches_s += time.perf_counter() - t_batch
             batch_call_s = (time.perf_counter() - t_batch) / n
-            spin_s += (spin + (n * pause_spin if pause_s > 0 else 0)) / self.sm_clock_hz
+            spin_gpu_s += (spin + (n * pause_spin if pause_s > 0 else 0)) / self.sm_clock_hz
             batches += 1
             unattributed += batch.unattributed
             records_dropped += batch.records_dropped
@@ -240,6 +265,9 @@ class KernelTiming:
             if len(kept) < len(with_work):
                 spin_short += 1
                 enqueue_s *= 2              # the queue ran dry: give the next batch twice the head start
+                lead_s = None               # (sized from the enqueue time again, not trimmed)
+            elif spin > 0 and batch.queue_left_ns is not None:
+                lead_s = _host_lead_s(spin / self.sm_clock_hz, n, batch.queue_left_ns / 1e9)
             samples_us.extend(c.span_ns / 1e3 for c in kept)
             busy_us.extend(c.busy_ns / 1e3 for c in kept)
             gaps_ns.extend(c.gap_before_ns for c in kept if c.gap_before_ns is not None)
@@ -272,7 +300,7 @@ class KernelTiming:
                    "graph": self.graph, "host_gaps_included": gaps_included,
                    "starved_calls_kept": starved_kept, "window_start_s": wall0,
                    "activity_records_dropped": records_dropped,
-                   "phases": {"warmup_s": warm_s, "batches_s": batches_s, "spin_gpu_s": spin_s,
+                   "phases": {"warmup_s": warm_s, "batches_s": batches_s, "spin_gpu_s": spin_gpu_s,
                               "loop_s": time.perf_counter() - wall0}}
         return Measurement(method=self.method, clock="device", samples_us=samples_us, summary=summarize(samples_us),
                            warmup_calls=calls, warmup_s=warm_s, stop_reason=reason, details=details,

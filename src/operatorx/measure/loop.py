@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 from operatorx.measure.settings import TimingSettings
 from operatorx.measure.stats import median_noise
 
-__all__ = ["GiveUp", "capped_stop", "warmup", "stop_reason"]
+__all__ = ["GiveUp", "Warmed", "capped_stop", "mark_process_warmed", "warmup", "stop_reason"]
 
 GiveUp = Callable[[float], bool]
 """Asked after each batch with the perf_counter time the timed calls began: True when the GPU's
@@ -18,8 +18,23 @@ telemetry already shows the attempt capped (measure/retry.py), so sampling it on
 _process_warmed = False
 
 
+def mark_process_warmed() -> None:
+    """The GPU's clocks are already up (measure/clock_ramp.py): the first op gets the usual floor."""
+    global _process_warmed
+    _process_warmed = True
+
+
+class Warmed(NamedTuple):
+    calls: int
+    seconds: float
+    """Wall seconds of the warmup, rests included."""
+    call_s: float
+    """Seconds of one synchronized call: the median over the calls after the first (which pays lazy
+    set-up), the first where it is the only one. An upper bound on the call's device time."""
+
+
 def warmup(fn: Callable[[], Any], sync: Callable[[], None], settings: TimingSettings,
-           rest_s: float = 0.0) -> tuple[int, float]:
+           rest_s: float = 0.0, rest_long_calls: bool = False) -> Warmed:
     """Call fn until both `warmup_calls` calls and the wall-clock floor have passed.
 
     Each call is synchronized, so the floor counts real device time, not queued launches.
@@ -29,7 +44,8 @@ def warmup(fn: Callable[[], Any], sync: Callable[[], None], settings: TimingSett
     same, ends at 1980 MHz on the H200). `rest_s`: a
     rested retry rests after each warmup call too, or a long GEMM's warmup alone would bring the
     power cap back before its first timed call, and needs one call, not `warmup_calls`, besides
-    the floor. Returns (calls, seconds).
+    the floor. With `rest_long_calls` (GPU timers), a call of `rested_call_s` or longer rests as long
+    as it took, as its timed calls will (settings.rested_pause_s).
     """
     global _process_warmed
     floor_s = settings.warmup_floor_s if _process_warmed else settings.first_warmup_floor_s
@@ -39,16 +55,20 @@ def warmup(fn: Callable[[], Any], sync: Callable[[], None], settings: TimingSett
     start = time.perf_counter()
     calls = 0
     first = not _process_warmed
+    call_times: list[float] = []
     while calls < min_calls or time.perf_counter() - start < floor_s:
         t_call = time.perf_counter()
         fn()
         sync()
         calls += 1
-        rest = max(rest_s, time.perf_counter() - t_call if first else 0.0)
+        took = time.perf_counter() - t_call
+        call_times.append(took)
+        rest = max(rest_s, took if first else settings.rested_pause_s(took) if rest_long_calls else 0.0)
         if rest > 0:
             time.sleep(rest)
     _process_warmed = True
-    return calls, time.perf_counter() - start
+    later = sorted(call_times[1:] or call_times)
+    return Warmed(calls, time.perf_counter() - start, later[len(later) // 2])
 
 
 def stop_reason(samples_us: Sequence[float], wall_s: float, settings: TimingSettings) -> Optional[str]:

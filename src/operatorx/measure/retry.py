@@ -3,9 +3,11 @@
 A power or thermal cap lowers the SM clock for a while; a number taken then describes the
 cap. So: measure with a telemetry sampler running; if the attempt was capped, rest the GPU (50,
 100, 200 ms by default) and measure again with a pause between calls (0.5, 1, 2 ms by default,
-or 1, 2, 4 times the call when longer) that lets power and temperature fall, up to
-`throttle_retries` times, or until two paused attempts agree (more rest no longer changes the
-number); keep the fastest uncapped attempt (else the fastest, flagged).
+or 1, 2, 4 times the call when longer; none for a call under 50 µs, which cannot hold the cap by
+itself) that lets power and temperature fall, up to `throttle_retries` times, or until two
+paused attempts agree (more rest no longer changes the number); keep the fastest uncapped
+attempt (else the fastest, flagged). A call of 1 ms or more is timed rested from its first
+attempt (settings.rested_call_s), and each retry doubles its pause.
 
 An attempt that is not the last stops sampling as soon as its telemetry shows it capped (stop
 reason `capped`): its number would not be kept, and a prefill GEMM that caps itself spent up
@@ -50,16 +52,36 @@ def _cut_short(m: Measurement) -> bool:
     return m.stop_reason == "capped"
 
 
+def _paused_s(m: Measurement, asked_s: float) -> float:
+    """The pause the attempt really made: the timer rests a long call from the first attempt
+    (settings.rested_pause_s) even when no pause was asked."""
+    made = m.details.get("pause_s") if isinstance(m.details, dict) else None
+    return float(made) if isinstance(made, (int, float)) and made > 0 else asked_s
+
+
+def _next_pause_s(settings: TimingSettings, attempt: int, tried: list[tuple[Measurement, dict[str, Any], float]]
+                  ) -> float:
+    """Retry k's pause: the settings' (settings.pause_s), or twice the last attempt's when that one
+    already paused (a long call rested from its first attempt rests longer at each retry)."""
+    if not tried:
+        return 0.0
+    last = tried[-1][2]
+    by_settings = settings.pause_s(attempt, tried[0][0].latency_us * 1e-6)
+    return max(by_settings, 2 * last) if last > 0 else by_settings
+
+
 def _converged(tried: list[tuple[Measurement, dict[str, Any], float]]) -> bool:
-    """Whether the last two retries (both paused) agree within CONVERGED_REL, or within their noise.
+    """Whether the last two attempts (both paused) agree within CONVERGED_REL, or within their noise.
 
     A GEMM that draws the power limit by itself stays flagged capped at any rest (a reading or
     two at the start of each paused attempt still shows the cap), and on the H200 retries 2 and
     3 moved such GEMMs by 0.0-0.4% while costing a second each. The number is kept, flagged.
     """
-    if len(tried) < 3:
+    if len(tried) < 2:
         return False
-    (a, _, _), (b, _, _) = tried[-2], tried[-1]
+    (a, _, pause_a), (b, _, pause_b) = tried[-2], tried[-1]
+    if not (pause_a > 0 and pause_b > 0):      # an unpaused attempt says nothing of what rest does
+        return False
     if _cut_short(a) or _cut_short(b):         # a few samples each: their agreement says little, and
         return False                           # stopping there would keep no full attempt
     noise = sum(n for n in (a.summary.get("median_noise"), b.summary.get("median_noise"))
@@ -75,7 +97,7 @@ def measure_with_retries(timer: _Timer, fn: Callable[[], Any], telemetry: Teleme
     tried: list[tuple[Measurement, dict[str, Any], float]] = []
     failed: list[dict[str, Any]] = []
     for attempt in range(1 + settings.throttle_retries):
-        pause_s = settings.pause_s(attempt, tried[0][0].latency_us * 1e-6 if tried else 0.0)
+        pause_s = _next_pause_s(settings, attempt, tried)
         last = attempt == settings.throttle_retries
         if attempt:
             time.sleep(settings.cooldown_s(attempt))
@@ -88,7 +110,7 @@ def measure_with_retries(timer: _Timer, fn: Callable[[], Any], telemetry: Teleme
             failed.append({"pause_s": pause_s, "error": f"{type(err).__name__}: {str(err).strip()[:300]}",
                            "kept": False})
             break
-        tried.append((m, sampler.summary(since_s=m.details.get("window_start_s")), pause_s))
+        tried.append((m, sampler.summary(since_s=m.details.get("window_start_s")), _paused_s(m, pause_s)))
         # a cut-short attempt counts as capped even where one more reading after the cut brought its
         # window's share under the line: it was stopped for the cap and holds only a few samples
         if not (tried[-1][1]["capped"] or _cut_short(m)) or _converged(tried):
@@ -97,7 +119,7 @@ def measure_with_retries(timer: _Timer, fn: Callable[[], Any], telemetry: Teleme
     pool = [i for i in full if not tried[i][1]["capped"]] or full
     kept = min(pool, key=lambda i: tried[i][0].latency_us)
     brief = [{"latency_us": m.latency_us, "pause_s": p, "capped": t["capped"],
-              "converged": i == len(tried) - 1 and i >= 2 and t["capped"] and _converged(tried[:i + 1]),
+              "converged": i == len(tried) - 1 and i >= 1 and t["capped"] and _converged(tried[:i + 1]),
               "capping_reasons": t.get("capping_reasons", []), "sm_clock_mhz": t.get("sm_clock_mhz"),
               "power_w": t.get("power_w"), "stop_reason": m.stop_reason, "samples": len(m.samples_us),
               "kept": i == kept} for i, (m, t, p) in enumerate(tried)]

@@ -50,6 +50,17 @@ class TimingSettings:
     throttle_pause_s: float = 0.0005
     """Retry k pauses 2^(k-1) times this (or the call's own latency, when longer) between its calls,
     so the GPU can leave the cap."""
+    unpaused_retry_below_s: float = 50e-6
+    """Retries of a call shorter than this do not pause between calls; their cooldown alone rests the
+    GPU. A 5 µs GEMM behind its L2 flush cannot hold the power cap by itself: what caps it is an
+    earlier case's cap still in force, which the cooldown lets go. On the H200 a 0.5 ms pause after
+    each of a 4.9 µs GEMM's 585 retry calls made the case take 1.04 s; most of that was the pause."""
+    rested_call_s: float = 0.001
+    """A call at least this long (per its warmup) is timed rested from the first attempt: each call
+    is followed by a pause as long as itself, the warmup's calls included. On the H200 every bf16
+    GEMM from ~1 ms up drove the card into its power cap within its first attempt (26 of the first
+    1,000 `gemm` cases), and the rested retries that followed read the same within 0.2%: resting
+    from the start skips the capped attempt and its cooldown. 0 turns it off."""
     throttle_cooldown_s: float = 0.05
     """Retry k first rests the GPU 2^(k-1) times this: a cap left by earlier work (a run of prefill
     GEMMs) outlasts the first few tens of ms of the next case whatever the duty cycle (seen on the
@@ -71,6 +82,7 @@ class TimingSettings:
         if self.max_samples < self.min_samples:
             raise ValueError(f"timing.max_samples ({self.max_samples}) < min_samples ({self.min_samples})")
         for name in ("warmup_floor_s", "first_warmup_floor_s", "max_time_s", "timeout_s", "throttle_pause_s",
+                     "unpaused_retry_below_s", "rested_call_s",
                      "noise_target", "telemetry_period_s", "throttle_retries", "throttle_cooldown_s"):
             if not getattr(self, name) >= 0:        # NaN too: it compares false with everything, so a NaN
                 # noise target is never met and a NaN cap never ends sampling
@@ -79,15 +91,25 @@ class TimingSettings:
             raise ValueError("timing.capped_clock_fraction must be in (0, 1]")
 
     def pause_s(self, attempt: int, call_s: float = 0.0) -> float:
-        """Pause between calls for attempt 0 (none), 1, 2, 3...: 0.5, 1, 2 ms by default, or 1, 2, 4
-        times the call itself when that is longer (up to 50 ms, doubled: a seconds-long call's
-        retries must still end inside the case's deadline). The GPU's average power follows the duty cycle,
+        """Pause between calls for attempt 0 (none), 1, 2, 3...: none for a call shorter than
+        `unpaused_retry_below_s`, else 0.5, 1, 2 ms by default, or 1, 2, 4 times the call itself when
+        that is longer (up to 50 ms, doubled: a seconds-long call's retries must still end inside the
+        case's deadline). The GPU's average power follows the duty cycle,
         so a 2 ms rest after a 17 ms GEMM that holds the power cap by itself changes nothing (seen
         on the H200: three retries, all capped, 10 s each). A µs call needs no ms rest after each
         call once the cooldown (`cooldown_s`) has let an earlier cap go: 2 ms rests made a 5 µs
         GEMM's 190-sample retry take 0.8 s."""
+        if attempt == 0 or call_s < self.unpaused_retry_below_s:
+            return 0.0
         base = max(self.throttle_pause_s, min(call_s, _MAX_PAUSE_BASE_S))
-        return 0.0 if attempt == 0 else base * 2 ** (attempt - 1)
+        return base * 2 ** (attempt - 1)
+
+    def rested_pause_s(self, call_s: float) -> float:
+        """The pause of a first attempt: as long as the call (50 ms at most) for a call of at least
+        `rested_call_s`, else none."""
+        if self.rested_call_s <= 0 or call_s < self.rested_call_s:
+            return 0.0
+        return min(call_s, _MAX_PAUSE_BASE_S)
 
     def cooldown_s(self, attempt: int) -> float:
         """Rest before attempt 0 (none), 1, 2, 3...: 1, 2, 4 times `throttle_cooldown_s`."""

@@ -183,23 +183,45 @@ def summarize_readings(readings: list[dict[str, Any]], energy_mj: Optional[float
     return out
 
 
-class TelemetrySampler:
-    """Reads the GPU every `period_s` on a thread for the length of a `with` block.
+class _Reader:
+    """The process's reading thread for one GPU: started once, it reads while a window is open and
+    waits otherwise. A thread per attempt had to be joined at the attempt's end, and the join waited
+    for the reading in flight plus a last energy read: ~5-8 ms per attempt on the H200 machines
+    (NVML calls take 1-3 ms each there), in a case that takes ~40 ms."""
 
-    The thread takes its first reading (and the energy counter) as soon as it starts, and its
-    last energy reading when told to stop; `__exit__` joins it, also when the block raises: it
-    never outlives its case. The main thread makes no NVML call itself (each costs ~1 ms).
-    """
-
-    def __init__(self, telemetry: Telemetry, period_s: float = 0.005, capped_clock_fraction: float = 0.985):
+    def __init__(self, telemetry: Any):
         self.telemetry = telemetry
-        self.period_s = period_s
-        self.capped_clock_fraction = capped_clock_fraction
-        self.readings: list[dict[str, Any]] = []
-        self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
-        self._energy0: Optional[float] = None
-        self._energy1: Optional[float] = None
+        self.period_s = 0.005
+        self._lock = threading.Lock()
+        self._open = threading.Event()
+        self._sink: Optional[list[dict[str, Any]]] = None
+        self._thread = threading.Thread(target=self._loop, name="operatorx-telemetry", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def of(cls, telemetry: Any) -> _Reader:
+        reader = getattr(telemetry, "_operatorx_reader", None)
+        if not isinstance(reader, _Reader) or not reader._thread.is_alive():
+            reader = cls(telemetry)
+            telemetry._operatorx_reader = reader
+        return reader
+
+    def open(self, sink: list[dict[str, Any]], period_s: float) -> None:
+        """Readings go to `sink` from now on (one window at a time: a new one replaces the last)."""
+        with self._lock:
+            self._sink, self.period_s = sink, period_s
+            self._open.set()
+
+    def close(self, sink: list[dict[str, Any]]) -> None:
+        """No reading is added to `sink` after this returns; the one in flight, if any, is dropped."""
+        with self._lock:
+            if self._sink is sink:
+                self._sink = None
+                self._open.clear()
+
+    @property
+    def reading(self) -> bool:
+        return self._open.is_set() and self._thread.is_alive()
 
     def _energy(self) -> Optional[float]:
         try:
@@ -210,32 +232,66 @@ class TelemetrySampler:
     def _loop(self) -> None:
         """A read that raises is recorded as a failed reading and sampling goes on: a thread that
         died on its first read would leave an attempt with no readings, judged not capped."""
-        self._energy0 = self._energy()
         while True:
+            self._open.wait()
+            with self._lock:
+                sink = self._sink
+            if sink is None:
+                continue
             try:
-                reading = self.telemetry.sample()
+                reading = {**self.telemetry.sample(), "energy_mj": self._energy()}
             except Exception as err:  # noqa: BLE001
                 reading = {"error": f"{type(err).__name__}: {str(err)[:200]}"}
-            self.readings.append({**reading, "t_s": time.perf_counter()})
-            if self._stop.wait(self.period_s):
-                break
-        self._energy1 = self._energy()
+            with self._lock:
+                if self._sink is not sink:
+                    continue            # the window closed while this reading was taken
+                sink.append({**reading, "t_s": time.perf_counter()})
+                period_s = self.period_s
+            time.sleep(period_s)
+
+
+def _energy_between(readings: list[dict[str, Any]]) -> tuple[Optional[float], Optional[float]]:
+    """(mJ, s) between the first and the last reading that carry the energy counter."""
+    marked = [(r["energy_mj"], r["t_s"]) for r in readings
+              if _number(r.get("energy_mj")) is not None and _number(r.get("t_s")) is not None]
+    if len(marked) < 2:
+        return None, None
+    (e0, t0), (e1, t1) = marked[0], marked[-1]
+    if e1 < e0:                  # the counter wrapped or was reset: no figure, not a negative one
+        return None, None
+    return float(e1 - e0), float(t1 - t0)
+
+
+class TelemetrySampler:
+    """Reads the GPU every `period_s` for the length of a `with` block, on the process's reading
+    thread for that GPU (`_Reader`): entering opens a window, leaving closes it without waiting for
+    the reading in flight. Each reading carries the energy counter, so the energy of the window is
+    the difference between its first and last readings. The main thread makes no NVML call itself
+    (each costs 1-3 ms).
+    """
+
+    def __init__(self, telemetry: Telemetry, period_s: float = 0.005, capped_clock_fraction: float = 0.985):
+        self.telemetry = telemetry
+        self.period_s = period_s
+        self.capped_clock_fraction = capped_clock_fraction
+        self.readings: list[dict[str, Any]] = []
+        self._reader: Optional[_Reader] = None
 
     def __enter__(self) -> TelemetrySampler:
         if self.telemetry.available:
-            self._thread = threading.Thread(target=self._loop, name="operatorx-telemetry", daemon=True)
-            self._thread.start()
+            self._reader = _Reader.of(self.telemetry)
+            self._reader.open(self.readings, self.period_s)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        if self._thread is not None:
-            self._stop.set()
-            self._thread.join()
-            self._thread = None
+        if self._reader is not None:
+            self._reader.close(self.readings)
+            self._reader = None
 
     @property
     def alive(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        """Whether readings are being taken for this window now."""
+        return self._reader is not None and self._reader.reading
 
     def capped_since(self, since_s: float) -> bool:
         """Whether the readings taken since `since_s` already judge the attempt capped: the timer then
@@ -256,18 +312,18 @@ class TelemetrySampler:
         """The readings' summary. With `since_s` (a perf_counter time: when the timed calls began)
         only readings from then on judge the attempt, so a cap during warmup or right after the
         previous attempt does not mark timed calls that ran at full clock; if none fell in that
-        window, the last reading before it stands in. Energy covers the whole sampler window."""
+        window, the last reading before it stands in. Energy: first reading to last of the whole
+        sampler window (`energy_s` long)."""
         if not self.telemetry.available:
             return {"available": False, "capped": False}
-        energy = (self._energy1 - self._energy0) if self._energy0 is not None and self._energy1 is not None else None
-        if energy is not None and energy < 0:       # the counter wrapped or was reset: no figure, not a negative one
-            energy = None
-        readings = self.readings
+        readings = list(self.readings)
+        energy, energy_s = _energy_between(readings)
         if since_s is not None:
             inside = [r for r in readings if r.get("t_s", since_s) >= since_s]
             before = [r for r in readings if r.get("t_s", since_s) < since_s]
             readings = inside or before[-1:]
-        out = {"available": True, **summarize_readings(readings, energy, self.capped_clock_fraction)}
+        out = {"available": True, **summarize_readings(readings, energy, self.capped_clock_fraction),
+               "energy_s": energy_s}
         if since_s is not None:
             out["readings_before_window"] = len(self.readings) - len(readings)
         return out

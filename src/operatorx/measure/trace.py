@@ -112,6 +112,10 @@ class TraceBatch:
     records_dropped: int = 0
     """Device records CUPTI delivered incomplete or undecodable (CUPTI source): some call's span may
     miss a kernel, so the row counts them."""
+    queue_left_ns: Optional[int] = None
+    """GPU time still queued when the host had enqueued the batch's last call: the last device
+    activity's end minus the host's end of the loop, in the records' clock (CUPTI source). The
+    spin ahead of the next batch is sized from it (measure/kernel_timing.py)."""
 
 
 def attribute_launches(ranges: Sequence[HostRange], device: Sequence[tuple[Activity, Optional[int]]]

@@ -79,7 +79,12 @@ class _RunJob:
             startup.lap("peaks")
         telemetry = Telemetry.for_torch_device(0) if device_kind == "cuda" else Telemetry(None)
         l2_check = None
+        ramp_info = None
         if device_kind == "cuda":
+            from operatorx.measure.clock_ramp import start_clock_ramp
+
+            # the GPU spins its clocks up while the host starts CUPTI (the first case's 1 s floor otherwise)
+            ramp = start_clock_ramp(config.timing.first_warmup_floor_s, telemetry.max_sm_clock_hz())
             from operatorx.measure.device_timer import device_timer
 
             if config.trace_dir is not None:
@@ -97,6 +102,9 @@ class _RunJob:
 
                 l2_check = check_l2_states(device.l2_bytes, config.timing.l2_state, telemetry.max_sm_clock_hz())
                 startup.lap("l2_check")
+            if ramp is not None:
+                ramp_info = ramp.finish(telemetry, config.timing.capped_clock_fraction)
+                startup.lap("clock_ramp")
         else:
             timer = HostClockTiming(config.timing)
         self.runner = CaseRunner(config=config, device=device, timer=timer, telemetry=telemetry, l2_check=l2_check,
@@ -106,7 +114,7 @@ class _RunJob:
         backend_warmup = _warm_backend(config.backend, device_kind)
         startup.lap("backend")
         self.info = {**info, "l2_check": l2_check, "device_kind": device_kind, "peaks": peaks_info,
-                     "backend_warmup": backend_warmup, "startup_s": startup.laps}
+                     "backend_warmup": backend_warmup, "startup_s": startup.laps, "clock_ramp": ramp_info}
 
     def run(self, case: Case, index: int) -> Row:
         return self.runner.run(case, index)
