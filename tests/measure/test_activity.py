@@ -33,6 +33,10 @@ class Api:
     start: int
     kind: int = Kind.RUNTIME
 
+    @property
+    def end(self) -> int:
+        return self.start + 5
+
 
 @dataclass
 class Kernel:

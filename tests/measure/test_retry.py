@@ -205,3 +205,23 @@ def test_a_cut_short_attempt_is_retried_even_when_its_window_reads_uncapped_afte
     done = retry.measure_with_retries(timer, lambda: None, None, SETTINGS)   # type: ignore[arg-type]
     assert [a["stop_reason"] for a in done.attempts] == ["capped", "noise_target"]
     assert done.measurement.latency_us == 11.0
+
+
+def test_a_cut_short_attempt_that_holds_min_samples_can_converge_and_the_full_one_is_kept(monkeypatch):
+    """A 19 ms GEMM's attempts hold 10 calls (min_samples) whether cut or not: a rested first attempt
+    and a cut-short retry that agree end the retries; the full attempt is the one kept."""
+    timer = _RestedTimer([18_809.6, 18_802.4, 18_771.1, 18_807.1], [True] * 4)
+    ten_then_cut = _sampler(timer, lambda k: True, lambda k: k >= 1)
+
+    def measure(fn, pause_s=0.0, give_up=None):
+        m = _RestedTimer.measure(timer, fn, pause_s, None)
+        if give_up is not None and give_up(0.0):
+            m = Measurement("fake", "device", m.samples_us, m.summary, 0, 0.0, "capped", details=m.details)
+        return m
+
+    monkeypatch.setattr(timer, "measure", measure)
+    monkeypatch.setattr(retry, "TelemetrySampler", ten_then_cut)
+    done = retry.measure_with_retries(timer, lambda: None, None, SETTINGS)   # type: ignore[arg-type]
+    assert [a["stop_reason"] for a in done.attempts] == ["noise_target", "capped"]
+    assert [a["converged"] for a in done.attempts] == [False, True] and done.attempts[0]["kept"]
+    assert done.measurement.latency_us == 18_809.6

@@ -243,3 +243,22 @@ def test_one_stale_capped_reading_does_not_cut_a_short_window():
     assert sampler.capped_since(t0)
     sampler.readings = [capped, capped, clean]                          # the cap has lifted: go on
     assert not sampler.capped_since(t0)
+
+
+class _SlowTelemetry(FakeTelemetry):
+    """Each reading takes 8 ms, as five or six NVML calls do on the H200 machines."""
+
+    def sample(self):
+        time.sleep(0.008)
+        return super().sample()
+
+
+def test_a_window_shorter_than_a_reading_still_gets_one():
+    """An attempt that ends before the reader's first reading waits for it (bounded): an attempt
+    with no reading cannot be judged, and its row would carry no clock."""
+    slow = _SlowTelemetry(clock_mhz=1900, reasons=("sw_power_cap",))
+    with TelemetrySampler(slow, period_s=0.001):                  # type: ignore[arg-type]
+        time.sleep(0.02)
+    with TelemetrySampler(slow, period_s=0.001) as short:         # type: ignore[arg-type]
+        pass                                                      # closes at once, mid-reading of the last window
+    assert len(short.readings) >= 1 and short.summary()["sm_clock_mhz"]["p50"] == 1900

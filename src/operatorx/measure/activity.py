@@ -142,7 +142,7 @@ class CuptiSession:
         self._cupti = cupti
         self._lock = threading.Lock()
         self._device: list[tuple[Activity, int]] = []       # (activity, correlation id)
-        self._launch_at: dict[int, int] = {}                # correlation id -> API call start
+        self._launch_at: dict[int, tuple[int, int]] = {}    # correlation id -> API call (start, end)
         self._names: dict[str, str] = {}
         kinds = cupti.ActivityKind
         self._kernel_kind = int(kinds.CONCURRENT_KERNEL)
@@ -191,13 +191,13 @@ class CuptiSession:
         if not self._recording:
             return
         device: list[tuple[Activity, int]] = []
-        launch_at: dict[int, int] = {}
+        launch_at: dict[int, tuple[int, int]] = {}
         dropped = 0
         for a in activities:
             try:
                 kind = int(a.kind)
                 if kind in self._api_kinds:
-                    launch_at[a.correlation_id] = a.start
+                    launch_at[a.correlation_id] = (a.start, a.end)
                     continue
                 if kind not in self._device_kinds:
                     continue
@@ -219,7 +219,7 @@ class CuptiSession:
             self._launch_at.update(launch_at)
             self.records_dropped += dropped
 
-    def _take(self) -> tuple[list[tuple[Activity, int]], dict[int, int], int]:
+    def _take(self) -> tuple[list[tuple[Activity, int]], dict[int, tuple[int, int]], int]:
         self._cupti.activity_flush_all(1)
         with self._lock:
             device, launch_at, dropped = self._device, self._launch_at, self.records_dropped
@@ -303,10 +303,12 @@ class CuptiSession:
             device, launch_at, dropped = self._take()
         finally:
             self._recording = False
-        mine = [(act, launch_at.get(corr)) for act, corr in device]
+        launches = [(act, launch_at.get(corr)) for act, corr in device]
         # work launched before this batch began (an earlier case's tail) is not the batch's
-        mine = [(act, at) for act, at in mine if at is None or at >= t_begin]
-        calls, harness, unattributed = attribute_launches(ranges, mine)
+        launches = [(act, api) for act, api in launches if api is None or api[0] >= t_begin]
+        mine = [(act, api[0] if api is not None else None) for act, api in launches]
+        calls, harness, unattributed = attribute_launches(ranges, mine,
+                                                          [api[1] if api is not None else None for _, api in launches])
         last_end = max((act.end_ns for act, _ in mine), default=None)
         return TraceBatch(calls=calls, harness_activities=harness, unattributed=unattributed,
                           enqueue_s_per_call=enqueue_s, source=self.name, records_dropped=dropped,

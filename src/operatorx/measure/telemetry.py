@@ -23,6 +23,11 @@ __all__ = ["CAPPED_SHARE", "Telemetry", "TelemetrySampler", "THROTTLE_REASONS", 
 CAPPED_SHARE = 0.1
 """An attempt is capped when at least this share of its readings (one at least) are."""
 _MIN_READINGS_TO_GIVE_UP = 3
+_FIRST_READING_WAIT_S = 0.03
+"""A window that closes before its first reading waits this long for one. Without it a 10 ms
+attempt could end while the reader was still busy with the last window (a reading is five or six
+NVML calls of 1-3 ms each on the H200 machines), and two of the accuracy set's single-kernel cases
+were then stored with no clock at all."""
 
 #: NVML clock-event reason bits (nvmlClocksEventReason*), by name.
 THROTTLE_REASONS = {
@@ -192,8 +197,9 @@ class _Reader:
     def __init__(self, telemetry: Any):
         self.telemetry = telemetry
         self.period_s = 0.005
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         self._open = threading.Event()
+        self._wake = threading.Event()
         self._sink: Optional[list[dict[str, Any]]] = None
         self._thread = threading.Thread(target=self._loop, name="operatorx-telemetry", daemon=True)
         self._thread.start()
@@ -211,10 +217,15 @@ class _Reader:
         with self._lock:
             self._sink, self.period_s = sink, period_s
             self._open.set()
+            self._wake.set()            # a reader resting between readings starts one now
 
-    def close(self, sink: list[dict[str, Any]]) -> None:
-        """No reading is added to `sink` after this returns; the one in flight, if any, is dropped."""
+    def close(self, sink: list[dict[str, Any]], first_reading_wait_s: float = 0.0) -> None:
+        """No reading is added to `sink` after this returns; the one in flight, if any, is dropped,
+        unless the window has none yet: then it waits up to `first_reading_wait_s` for one (an
+        attempt with no reading could not be judged capped or not)."""
         with self._lock:
+            if self._sink is sink and not sink and first_reading_wait_s > 0 and self._thread.is_alive():
+                self._lock.wait_for(lambda: bool(sink) or self._sink is not sink, timeout=first_reading_wait_s)
             if self._sink is sink:
                 self._sink = None
                 self._open.clear()
@@ -247,7 +258,9 @@ class _Reader:
                     continue            # the window closed while this reading was taken
                 sink.append({**reading, "t_s": time.perf_counter()})
                 period_s = self.period_s
-            time.sleep(period_s)
+                self._lock.notify_all()
+            self._wake.wait(period_s)
+            self._wake.clear()
 
 
 def _energy_between(readings: list[dict[str, Any]]) -> tuple[Optional[float], Optional[float]]:
@@ -285,7 +298,7 @@ class TelemetrySampler:
 
     def __exit__(self, *exc: Any) -> None:
         if self._reader is not None:
-            self._reader.close(self.readings)
+            self._reader.close(self.readings, first_reading_wait_s=_FIRST_READING_WAIT_S)
             self._reader = None
 
     @property

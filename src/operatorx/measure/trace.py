@@ -9,10 +9,14 @@ call happened on the host inside exactly one of the ranges. So a kernel belongs 
 because it was *launched* inside call i's range — never because of its name: the op's own
 `torch.zeros` fill counts, the harness's identical-looking fill does not.
 
-A call is *starved* when the GPU sat idle before or inside it: one of its activities started
-more than `STARVED_GAP_NS` after everything launched earlier had ended. The host had not kept
-up (a multi-kernel op whose host code between kernels is slower than its kernels), and the
-span would time the host. Starved calls are dropped from the samples and counted, and the
+A call is *starved* when the GPU waited for the host before or inside it: one of its activities
+started more than `STARVED_GAP_NS` after everything launched earlier had ended, or its launch call
+returned on the host less than `LAUNCH_LEAD_NS` before everything launched earlier had ended on
+the GPU (both clocks are CUPTI's). The host had not kept up (a multi-kernel op whose host code
+between kernels is slower than its kernels), and the span would time the host. The launch rule
+catches what the gap rule cannot: on the H200 a dynamic-quant fp8 GEMM whose host was only just
+ahead grew 1-1.4 µs of gaps between its kernels, each under the gap threshold, and its span moved
+3.8% between two passes while its busy time held. Starved calls are dropped from the samples and counted, and the
 spin ahead of the next batch grows. An op that waits on the GPU inside a call (a `.item()`)
 starves every call whatever the spin; the timer then keeps such spans and says so.
 """
@@ -25,7 +29,8 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-__all__ = ["RANGE_CALL", "RANGE_FLUSH", "RANGE_SPIN", "STARVED_GAP_NS", "Activity", "CallTrace", "HostRange",
+__all__ = ["LAUNCH_LEAD_NS", "RANGE_CALL", "RANGE_FLUSH", "RANGE_SPIN", "STARVED_GAP_NS", "Activity", "CallTrace",
+           "HostRange",
            "LaunchShape", "TraceBatch", "attribute", "attribute_launches", "run_marked_loop", "trace_batch"]
 
 RANGE_SPIN, RANGE_FLUSH, RANGE_CALL = "ox.spin", "ox.flush", "ox.call"
@@ -33,6 +38,7 @@ _HARNESS_RANGES = (RANGE_SPIN, RANGE_FLUSH, RANGE_CALL)
 #: Launch APIs are the CPU-side events whose names start so (CUDA runtime, CUDA driver, HIP).
 _LAUNCH_API_PREFIXES = ("cu", "hip")
 STARVED_GAP_NS = 5_000
+LAUNCH_LEAD_NS = 5_000
 
 
 HostRange = tuple[int, int, str]
@@ -72,6 +78,8 @@ class CallTrace:
     """Idle device time between the previous activity's end and this call's first start."""
     max_gap_ns: int = 0
     """The longest idle device time before or between this call's activities."""
+    launched_late: int = 0
+    """Activities whose launch call returned less than LAUNCH_LEAD_NS before the GPU was free for them."""
 
     @property
     def span_ns(self) -> int:
@@ -93,7 +101,7 @@ class CallTrace:
 
     @property
     def starved(self) -> bool:
-        return self.max_gap_ns > STARVED_GAP_NS
+        return self.max_gap_ns > STARVED_GAP_NS or self.launched_late > 0
 
 
 @dataclass
@@ -118,10 +126,12 @@ class TraceBatch:
     spin ahead of the next batch is sized from it (measure/kernel_timing.py)."""
 
 
-def attribute_launches(ranges: Sequence[HostRange], device: Sequence[tuple[Activity, Optional[int]]]
-                       ) -> tuple[list[CallTrace], int, int]:
+def attribute_launches(ranges: Sequence[HostRange], device: Sequence[tuple[Activity, Optional[int]]],
+                       launch_end: Optional[Sequence[Optional[int]]] = None) -> tuple[list[CallTrace], int, int]:
     """(calls, harness activity count, unattributed count): each device activity, given the host
     time of the API call that launched it (None when unknown), goes to the range that call lies in.
+    `launch_end`, beside `device`: when each launch call returned (None: unknown), for the late
+    launch rule.
 
     The one rule both record sources share (CUPTI records read directly, or Kineto's events): a
     kernel belongs to call i because it was launched inside call i's range.
@@ -159,6 +169,9 @@ def attribute_launches(ranges: Sequence[HostRange], device: Sequence[tuple[Activ
             if owned not in first_seen:
                 calls[owned].gap_before_ns = gap
             calls[owned].max_gap_ns = max(calls[owned].max_gap_ns, gap)
+            returned = launch_end[i] if launch_end is not None else None
+            if returned is not None and returned > reach - LAUNCH_LEAD_NS:
+                calls[owned].launched_late += 1
         if owned is not None and owned >= 0:
             first_seen.add(owned)
         reach = act.end_ns if reach is None else max(reach, act.end_ns)
@@ -179,6 +192,7 @@ def attribute(events: Iterable[Any], cpu: Any, cuda: Any) -> tuple[list[CallTrac
     ranges = [(e.start_ns(), e.end_ns(), e.name()) for e in events
               if e.device_type() == cpu and e.is_user_annotation() and e.name() in _HARNESS_RANGES]
     launch_at: dict[int, int] = {}
+    launch_end: dict[int, int] = {}
     op_at: dict[int, int] = {}
     device: list[tuple[Activity, int]] = []
     linked: dict[int, int] = {}
@@ -191,12 +205,16 @@ def attribute(events: Iterable[Any], cpu: Any, cuda: Any) -> tuple[list[CallTrac
             continue
         if e.device_type() != cpu:
             continue
-        (launch_at if e.name().startswith(_LAUNCH_API_PREFIXES) else op_at)[e.correlation_id()] = e.start_ns()
+        if e.name().startswith(_LAUNCH_API_PREFIXES):
+            launch_at[e.correlation_id()] = e.start_ns()
+            launch_end[e.correlation_id()] = e.end_ns()
+        else:
+            op_at[e.correlation_id()] = e.start_ns()
     resolved: list[tuple[Activity, Optional[int]]] = []
     for act, _ in device:
         at = launch_at.get(act.correlation_id)
         resolved.append((act, at if at is not None else op_at.get(linked.get(act.correlation_id, 0))))
-    return attribute_launches(ranges, resolved)
+    return attribute_launches(ranges, resolved, [launch_end.get(act.correlation_id) for act, _ in device])
 
 
 def run_marked_loop(mark: Callable[[str], AbstractContextManager[Any]], call: Callable[[], Any], n: int,
