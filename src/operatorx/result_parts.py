@@ -111,6 +111,9 @@ class TimingInfo(OpenPart):
                                                "dropped", "calls")
     starved_calls_kept: Optional[int] = doc("starved calls kept because the op itself waits on the host "
                                             "(`host_gaps_included`)", "calls")
+    late_launch_calls_kept: Optional[int] = doc("kept calls with a launch that returned on the host less than 5 µs "
+                                                "before the GPU was free for it (the host only just ahead; "
+                                                "measure/trace.py): recorded, not dropped", "calls")
     host_gaps_included: Optional[bool] = doc("the op leaves the GPU idle inside every call: gaps are in its span")
     unattributed_activities: Optional[int] = doc("device activities no timed call launched", "count")
     flush_bytes: Optional[int] = doc("size of the L2 flush buffer", "bytes")

@@ -85,10 +85,11 @@ def test_a_call_whose_later_kernel_waited_on_the_host_is_starved_too():
     assert all(c.starved and c.gap_before_ns == 500 and c.max_gap_ns == STARVED_GAP_NS + 1_000 for c in calls)
 
 
-def test_a_call_whose_kernel_was_launched_only_just_in_time_is_starved_though_no_gap_shows():
+def test_a_call_whose_kernel_was_launched_only_just_in_time_is_counted_late_not_dropped():
     """The launch of call 1's GEMM returned on the host 1 µs before its fill ended on the GPU: the GPU
-    had nothing queued behind the fill, so the gap that followed (here under the gap threshold) was
-    the host's. Call 0's launches were long done: not starved."""
+    had nothing queued behind the fill (the host only just ahead). It is counted, not starved: dropping
+    such calls cost the H200 sweep up to 1.1 s a block-FP8 case and steadied nothing. Call 0's
+    launches were long done."""
     from operatorx.measure.trace import LAUNCH_LEAD_NS, attribute_launches
 
     calls, _, _ = attribute(_events(), CPU, CUDA)
@@ -98,7 +99,7 @@ def test_a_call_whose_kernel_was_launched_only_just_in_time_is_starved_though_no
     ev = [Ev(e._name, e._dev, e._start, fill_end - 1_000, e._corr) if e._dev == CPU and e._corr == 24 else e
           for e in ev]
     calls, _, _ = attribute(ev, CPU, CUDA)
-    assert not calls[0].starved and calls[1].starved and calls[1].launched_late == 1
+    assert calls[0].launched_late == 0 and calls[1].launched_late == 1 and not calls[1].starved
     assert calls[1].max_gap_ns < STARVED_GAP_NS
     assert LAUNCH_LEAD_NS == 5_000 and attribute_launches([], [], None) == ([], 0, 0)
 

@@ -233,7 +233,7 @@ class KernelTiming:
         lead_s: Optional[float] = None      # host behind GPU per call, once a batch has measured it
         all_starved_streak = 0
         empty_batches = 0
-        starved_kept = 0
+        starved_kept = late_kept = 0
         gaps_included = False
         while reason is None:
             n = max(1, min(n, s.max_samples - len(samples_us)))
@@ -268,6 +268,7 @@ class KernelTiming:
                 lead_s = None               # (sized from the enqueue time again, not trimmed)
             elif spin > 0 and batch.queue_left_ns is not None:
                 lead_s = _host_lead_s(spin / self.sm_clock_hz, n, batch.queue_left_ns / 1e9)
+            late_kept += sum(c.launched_late > 0 for c in kept)
             samples_us.extend(c.span_ns / 1e3 for c in kept)
             busy_us.extend(c.busy_ns / 1e3 for c in kept)
             gaps_ns.extend(c.gap_before_ns for c in kept if c.gap_before_ns is not None)
@@ -298,7 +299,7 @@ class KernelTiming:
                    "busy_samples_us": busy_us,        # per kept call, beside samples_us (the spans)
                    "gap_before_call_us_median": float(np.median(gaps_ns)) / 1e3 if gaps_ns else None,
                    "graph": self.graph, "host_gaps_included": gaps_included,
-                   "starved_calls_kept": starved_kept, "window_start_s": wall0,
+                   "starved_calls_kept": starved_kept, "late_launch_calls_kept": late_kept, "window_start_s": wall0,
                    "activity_records_dropped": records_dropped,
                    "phases": {"warmup_s": warm_s, "batches_s": batches_s, "spin_gpu_s": spin_gpu_s,
                               "loop_s": time.perf_counter() - wall0}}
