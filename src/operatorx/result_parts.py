@@ -251,11 +251,14 @@ class Telemetry(OpenPart):
                                      "readings (`energy_s` long)", "mJ")
     energy_s: Optional[float] = doc("how long the `energy_mj` interval was", "s")
     attempts: Optional[list[dict[str, Any]]] = doc("every attempt in brief (`latency_us`, `pause_s`, `capped`, "
-                                                   "`converged`, `kept`): a capped attempt is retried with pauses "
-                                                   "as long as the call (at least 2 ms), doubling, until one is "
-                                                   "uncapped or two paused attempts agree (`converged`); an "
-                                                   "attempt with a retry after it stops as soon as it shows the "
-                                                   "cap (`stop_reason: capped`)")
+                                                   "`converged`, `kept`): a capped attempt is retried after a "
+                                                   "50/100/200 ms rest, pausing between calls 0.5/1/2 ms or 1/2/4 "
+                                                   "times the call when longer (no pause for a call under 50 µs); "
+                                                   "a call of 1 ms or more pauses as long as itself from the first "
+                                                   "attempt, doubling at each retry; until one is uncapped or two "
+                                                   "paused attempts agree (`converged`); an attempt with a retry "
+                                                   "after it stops as soon as it shows the cap (`stop_reason: "
+                                                   "capped`)")
 
 
 class Conditions(Part):
