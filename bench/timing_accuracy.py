@@ -96,6 +96,9 @@ def ours(out: Path) -> None:
                               "n": len(m.samples_us), "noise": m.summary["median_noise"],
                               "stop": m.stop_reason, "seconds": time.perf_counter() - t0,
                               "starved": m.details.get("starved_calls_dropped"), "label": case.label(),
+                              "late_kept": m.details.get("late_launch_calls_kept"),
+                              "enqueue_us": m.details.get("enqueue_us_per_call"),
+                              "gap_before_us": m.details.get("gap_before_call_us_median"),
                               "scheme": case.scheme(), "attempts": done.attempts, "samples_us": m.samples_us}
             except Exception as err:  # noqa: BLE001 - e.g. graph capture refused: recorded, not fatal
                 rows[name] = {"error": f"{type(err).__name__}: {err}"[:200]}
@@ -236,6 +239,33 @@ def _busy_table(mine: dict[str, Any], ref: dict[str, Any]) -> None:
     print("busy outside the target (±3%, ±0.3 µs below 10 µs):", misses or "none")
 
 
+def _moved_table(mine: dict[str, Any], moved_above: float = 0.01) -> None:
+    """The cases whose span moved more than `moved_above` between the two kernels passes, with what
+    each pass saw: busy time, the span beyond it (gaps between the call's kernels), the calls dropped
+    as starved, the kept calls launched only just in time, the host's enqueue time per call. Which
+    of these moves with the span says where its run-to-run spread comes from (issue 15)."""
+    p1, p2 = mine["kernels_1"]["rows"], mine["kernels_2"]["rows"]
+    moved = [(n, r, p2.get(n) or {}) for n, r in p1.items()
+             if r.get("latency_us") and (p2.get(n) or {}).get("latency_us")
+             and abs(p2[n]["latency_us"] / r["latency_us"] - 1) > moved_above]
+    if not moved:
+        print(f"no span moved more than {moved_above:.0%} between the passes")
+        return
+    print(f"spans that moved more than {moved_above:.0%} between the passes (pass 1 / pass 2):")
+    print(f"{'case':8} {'span2/1':>7} {'busy2/1':>7} {'span-busy µs':>14} {'starved':>9} {'late kept':>11} "
+          f"{'enqueue µs':>13}")
+
+    def pair(a: Any, b: Any, fmt: str) -> str:
+        return "/".join("-" if v is None else format(v, fmt) for v in (a, b))
+
+    for name, a, b in moved:
+        gaps = [(r["latency_us"] - r["busy_us"]) if r.get("busy_us") else None for r in (a, b)]
+        busy = b["busy_us"] / a["busy_us"] if a.get("busy_us") and b.get("busy_us") else float("nan")
+        print(f"{name:8} {b['latency_us'] / a['latency_us']:7.4f} {busy:7.4f} {pair(*gaps, '.2f'):>14} "
+              f"{pair(a.get('starved'), b.get('starved'), 'd'):>9} {pair(a.get('late_kept'), b.get('late_kept'), 'd'):>11} "
+              f"{pair(a.get('enqueue_us'), b.get('enqueue_us'), '.1f'):>13}")
+
+
 def table(out: Path, ncu_csv: Path | None) -> None:
     mine = json.loads((out / "ours.json").read_text())["passes"]
     ref = json.loads((out / "cupti.json").read_text())["rows"] if (out / "cupti.json").exists() else {}
@@ -272,6 +302,7 @@ def table(out: Path, ncu_csv: Path | None) -> None:
         p95 = diffs[min(len(diffs) - 1, int(round(0.95 * (len(diffs) - 1))))]
         print(f"run-to-run |k2-k1|/k1: median {statistics.median(diffs):.4f}, p95 {p95:.4f}, max {max(diffs):.4f}")
     _busy_table(mine, ref)
+    _moved_table(mine)
     for key, p in mine.items():
         print(f"pass {key}: {len(p['rows'])} cases, {p['seconds']:.1f} s, {len(p['rows']) / p['seconds']:.1f} cases/s")
     print("outside the target (±3%, ±0.3 µs below 10 µs):", misses or "none")
