@@ -262,7 +262,8 @@ def _moved_table(mine: dict[str, Any], moved_above: float = 0.01) -> None:
         gaps = [(r["latency_us"] - r["busy_us"]) if r.get("busy_us") else None for r in (a, b)]
         busy = b["busy_us"] / a["busy_us"] if a.get("busy_us") and b.get("busy_us") else float("nan")
         print(f"{name:8} {b['latency_us'] / a['latency_us']:7.4f} {busy:7.4f} {pair(*gaps, '.2f'):>14} "
-              f"{pair(a.get('starved'), b.get('starved'), 'd'):>9} {pair(a.get('late_kept'), b.get('late_kept'), 'd'):>11} "
+              f"{pair(a.get('starved'), b.get('starved'), 'd'):>9} "
+              f"{pair(a.get('late_kept'), b.get('late_kept'), 'd'):>11} "
               f"{pair(a.get('enqueue_us'), b.get('enqueue_us'), '.1f'):>13}")
 
 
