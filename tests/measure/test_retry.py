@@ -207,9 +207,9 @@ def test_a_cut_short_attempt_is_retried_even_when_its_window_reads_uncapped_afte
     assert done.measurement.latency_us == 11.0
 
 
-def test_a_cut_short_attempt_that_holds_min_samples_can_converge_and_the_full_one_is_kept(monkeypatch):
+def test_a_cut_short_attempt_that_holds_min_samples_can_converge_and_counts_as_full(monkeypatch):
     """A 19 ms GEMM's attempts hold 10 calls (min_samples) whether cut or not: a rested first attempt
-    and a cut-short retry that agree end the retries; the full attempt is the one kept."""
+    and a cut-short retry that agree end the retries, and the faster of the two is kept."""
     timer = _RestedTimer([18_809.6, 18_802.4, 18_771.1, 18_807.1], [True] * 4)
     ten_then_cut = _sampler(timer, lambda k: True, lambda k: k >= 1)
 
@@ -223,5 +223,59 @@ def test_a_cut_short_attempt_that_holds_min_samples_can_converge_and_the_full_on
     monkeypatch.setattr(retry, "TelemetrySampler", ten_then_cut)
     done = retry.measure_with_retries(timer, lambda: None, None, SETTINGS)   # type: ignore[arg-type]
     assert [a["stop_reason"] for a in done.attempts] == ["noise_target", "capped"]
-    assert [a["converged"] for a in done.attempts] == [False, True] and done.attempts[0]["kept"]
-    assert done.measurement.latency_us == 18_809.6
+    assert [a["converged"] for a in done.attempts] == [False, True] and done.attempts[1]["kept"]
+    assert done.measurement.latency_us == 18_802.4
+
+
+def _cut_after(timer, samples_of):
+    """The timer's measure, cut short (stop reason `capped`) with `samples_of(k)` samples when the
+    sampler asks it to give up."""
+    base = type(timer).measure
+
+    def measure(fn, pause_s=0.0, give_up=None):
+        m = base(timer, fn, pause_s, None)
+        if give_up is not None and give_up(0.0):
+            samples = m.samples_us[:1] * samples_of(len(timer.pauses) - 1)
+            m = Measurement("fake", "device", samples, summarize(samples), 0, 0.0, "capped", details=m.details)
+        return m
+    return measure
+
+
+def test_converged_cut_short_retries_are_chosen_over_an_unrested_capped_attempt(monkeypatch):
+    """A 200 µs GEMM: its unrested first attempt ran full and capped (210 µs); two retries cut short
+    after 32 samples each agree (200, 200.5). The retries end, and the number is a rested one."""
+    timer = _Timer([210.0, 200.0, 200.5, 199.0], [True] * 4)
+    monkeypatch.setattr(timer, "measure", _cut_after(timer, lambda k: 32))
+    monkeypatch.setattr(retry, "TelemetrySampler", _sampler(timer, lambda k: True, lambda k: k >= 1))
+    done = retry.measure_with_retries(timer, lambda: None, None, SETTINGS)   # type: ignore[arg-type]
+    assert [a["stop_reason"] for a in done.attempts] == ["noise_target", "capped", "capped"]
+    assert done.measurement.latency_us == 200.0 and done.attempts[-1]["converged"]
+
+
+def test_a_us_calls_unpaused_retries_can_converge(monkeypatch):
+    """Under 50 µs a retry makes no pause (its cooldown is its rest): two retries that agree end the
+    retries like two paused ones, instead of running every attempt and its cooldown."""
+    timer = _Timer([12.0, 11.0, 11.02, 10.0], [True] * 4)
+    monkeypatch.setattr(retry, "TelemetrySampler", _AlwaysCapped)
+    done = retry.measure_with_retries(timer, lambda: None, None, TimingSettings(throttle_retries=3,
+                                                                                 throttle_cooldown_s=0.0))
+    assert timer.pauses == [0.0, 0.0, 0.0] and len(done.attempts) == 3 and done.attempts[-1]["converged"]
+    assert done.measurement.latency_us == 11.0
+
+
+def test_doubling_a_rested_first_attempts_pause_stops_at_the_settings_ceiling(monkeypatch):
+    """A 1 s call rests 50 ms from its first attempt; its retries rest 100, 200, 200 ms (the ceiling
+    of the settings' own schedule, 200 ms with 3 retries, not 400)."""
+    timer = _RestedTimer([1e6, 0.99e6, 0.98e6, 0.97e6], [True] * 4)
+    timer.latencies[0] = 1e6
+    monkeypatch.setattr(retry, "TelemetrySampler", _AlwaysCapped)
+
+    def measure(fn, pause_s=0.0, give_up=None):
+        m = _RestedTimer.measure(timer, fn, pause_s, None)
+        m.details["pause_s"] = pause_s or 0.05            # the timer rests a 1 s call 50 ms
+        return m
+
+    monkeypatch.setattr(timer, "measure", measure)
+    retry.measure_with_retries(timer, lambda: None, None, TimingSettings(throttle_retries=3,
+                                                                          throttle_cooldown_s=0.0))
+    assert timer.pauses == [0.0, 0.1, 0.2, 0.2]

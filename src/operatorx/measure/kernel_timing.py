@@ -218,8 +218,10 @@ class KernelTiming:
         gaps_ns: list[int] = []
         starved = unattributed = batches = spin_short = 0
         enqueue_s = _FIRST_ENQUEUE_GUESS_S
-        if s.spin and pause_s == 0:
-            enqueue_s = _enqueue_estimate(call, flush) if self.graph else _enqueue_from_warmup(host_s)
+        if s.spin and not self.graph:       # a rested attempt's head start per call is sized from it too
+            enqueue_s = _enqueue_from_warmup(host_s)
+        elif s.spin and pause_s == 0:
+            enqueue_s = _enqueue_estimate(call, flush)
         from operatorx.measure.activity import CuptiSession, activity_session, fallback_reason
 
         session = activity_session()

@@ -67,7 +67,21 @@ def _next_pause_s(settings: TimingSettings, attempt: int, tried: list[tuple[Meas
         return 0.0
     last = tried[-1][2]
     by_settings = settings.pause_s(attempt, tried[0][0].latency_us * 1e-6)
-    return max(by_settings, 2 * last) if last > 0 else by_settings
+    # doubling stops at the settings' own ceiling (200 ms with 3 retries), so a seconds-long call's
+    # retries still end inside the case's deadline
+    return max(by_settings, min(2 * last, settings.max_pause_s())) if last > 0 else by_settings
+
+
+def _rested(index: int, pause_s: float) -> bool:
+    """Whether attempt `index` ran rested: it paused between calls, or it is a retry (it began after
+    its cooldown; a µs call's retries make no pause, and they too can agree)."""
+    return pause_s > 0 or index >= 1
+
+
+def _usable(m: Measurement, min_samples: int) -> bool:
+    """A full attempt, or one cut short (capped) after it already held `min_samples`: as good as a
+    full one for choosing the number. One cut with fewer is kept only when nothing else is left."""
+    return not _cut_short(m) or len(m.samples_us) >= min_samples
 
 
 def _converged(tried: list[tuple[Measurement, dict[str, Any], float]], min_samples: int) -> bool:
@@ -80,12 +94,12 @@ def _converged(tried: list[tuple[Measurement, dict[str, Any], float]], min_sampl
     if len(tried) < 2:
         return False
     (a, _, pause_a), (b, _, pause_b) = tried[-2], tried[-1]
-    if not (pause_a > 0 and pause_b > 0):      # an unpaused attempt says nothing of what rest does
-        return False
+    if not (_rested(len(tried) - 2, pause_a) and _rested(len(tried) - 1, pause_b)):
+        return False                           # an unrested attempt says nothing of what rest does
     # a cut-short attempt with fewer than min_samples says little; one that holds them is as good as
     # a full one here (a 19 ms GEMM's attempts are 10 calls either way: on the H200 four of them, cut
-    # or not, read within 0.2% and took 4.6 s). A full attempt is still kept over a cut one.
-    if any(_cut_short(m) and len(m.samples_us) < min_samples for m in (a, b)):
+    # or not, read within 0.2% and took 4.6 s)
+    if not (_usable(a, min_samples) and _usable(b, min_samples)):
         return False
     noise = sum(n for n in (a.summary.get("median_noise"), b.summary.get("median_noise"))
                 if n is not None and math.isfinite(n))      # too few samples to know: no allowance
@@ -118,9 +132,10 @@ def measure_with_retries(timer: _Timer, fn: Callable[[], Any], telemetry: Teleme
         # window's share under the line: it was stopped for the cap and holds only a few samples
         if not (tried[-1][1]["capped"] or _cut_short(m)) or _converged(tried, settings.min_samples):
             break
-    full = [i for i, (m, _, _) in enumerate(tried) if not _cut_short(m)] or list(range(len(tried)))
-    pool = [i for i in full if not tried[i][1]["capped"]] or full
+    usable = [i for i, (m, _, _) in enumerate(tried) if _usable(m, settings.min_samples)] or list(range(len(tried)))
+    pool = [i for i in usable if not tried[i][1]["capped"]] or usable
     kept = min(pool, key=lambda i: tried[i][0].latency_us)
+
     def converged_at(i: int) -> bool:
         return i == len(tried) - 1 and i >= 1 and bool(tried[i][1]["capped"]) and \
             _converged(tried[:i + 1], settings.min_samples)

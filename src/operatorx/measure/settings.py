@@ -104,6 +104,11 @@ class TimingSettings:
         base = max(self.throttle_pause_s, min(call_s, _MAX_PAUSE_BASE_S))
         return base * 2 ** (attempt - 1)
 
+    def max_pause_s(self) -> float:
+        """The longest pause any retry makes: `pause_s`'s ceiling at the last retry (50 ms doubled per
+        retry: 200 ms with 3)."""
+        return _MAX_PAUSE_BASE_S * 2 ** max(0, self.throttle_retries - 1)
+
     def rested_pause_s(self, call_s: float) -> float:
         """The pause of a first attempt: as long as the call (50 ms at most) for a call of at least
         `rested_call_s`, else none."""

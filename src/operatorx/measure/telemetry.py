@@ -249,6 +249,7 @@ class _Reader:
                 sink = self._sink
             if sink is None:
                 continue
+            self._wake.clear()          # this reading answers any wake-up so far (no second one right after)
             try:
                 reading = {**self.telemetry.sample(), "energy_mj": self._energy()}
             except Exception as err:  # noqa: BLE001
@@ -260,7 +261,6 @@ class _Reader:
                 period_s = self.period_s
                 self._lock.notify_all()
             self._wake.wait(period_s)
-            self._wake.clear()
 
 
 def _energy_between(readings: list[dict[str, Any]]) -> tuple[Optional[float], Optional[float]]:

@@ -108,7 +108,7 @@ def _device_rounds(fns: dict[str, Callable[[], Any]], sides: dict[str, Side], se
     n = settings.device_round_calls
     round_settings = replace(settings.timing, warmup_calls=1, warmup_floor_s=0.0, first_warmup_floor_s=0.0,
                              min_samples=n, max_samples=n, batch_size=n, noise_target=0.0, max_time_s=1e9,
-                             throttle_retries=0)
+                             throttle_retries=0, rested_call_s=0.0)   # each round alike: no rest decided per round
     timer = device_timer(round_settings, info.l2_bytes, telemetry.max_sm_clock_hz())
     for name, fn in fns.items():
         with sides[name].context():

@@ -80,6 +80,7 @@ class _RunJob:
         telemetry = Telemetry.for_torch_device(0) if device_kind == "cuda" else Telemetry(None)
         l2_check = None
         ramp_info = None
+        ramp: Any = None
         if device_kind == "cuda":
             from operatorx.measure.clock_ramp import start_clock_ramp
 
@@ -102,9 +103,6 @@ class _RunJob:
 
                 l2_check = check_l2_states(device.l2_bytes, config.timing.l2_state, telemetry.max_sm_clock_hz())
                 startup.lap("l2_check")
-            if ramp is not None:
-                ramp_info = ramp.finish(telemetry, config.timing.capped_clock_fraction)
-                startup.lap("clock_ramp")
         else:
             timer = HostClockTiming(config.timing)
         self.runner = CaseRunner(config=config, device=device, timer=timer, telemetry=telemetry, l2_check=l2_check,
@@ -113,6 +111,11 @@ class _RunJob:
         startup.lap("run_info")
         backend_warmup = _warm_backend(config.backend, device_kind)
         startup.lap("backend")
+        if ramp is not None:
+            # read last: a backend's import (vLLM's: seconds of host work) would let the clock fall
+            # again after an earlier reading, and the first case would skip its long warmup on a stale one
+            ramp_info = ramp.finish(telemetry, config.timing.capped_clock_fraction)
+            startup.lap("clock_ramp")
         self.info = {**info, "l2_check": l2_check, "device_kind": device_kind, "peaks": peaks_info,
                      "backend_warmup": backend_warmup, "startup_s": startup.laps, "clock_ramp": ramp_info}
 
