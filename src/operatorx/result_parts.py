@@ -256,8 +256,7 @@ class Telemetry(OpenPart):
                                                    "times the call when longer (no pause for a call under 50 µs); "
                                                    "a call of 1 ms or more pauses as long as itself from the first "
                                                    "attempt, doubling at each retry; until one is uncapped or two "
-                                                   "rested attempts (paused, or any retry) agree (`converged`); an "
-                                                   "attempt with a retry "
+                                                   "paused attempts agree (`converged`); an attempt with a retry "
                                                    "after it stops as soon as it shows the cap (`stop_reason: "
                                                    "capped`)")
 

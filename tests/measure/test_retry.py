@@ -252,15 +252,26 @@ def test_converged_cut_short_retries_are_chosen_over_an_unrested_capped_attempt(
     assert done.measurement.latency_us == 200.0 and done.attempts[-1]["converged"]
 
 
-def test_a_us_calls_unpaused_retries_can_converge(monkeypatch):
-    """Under 50 µs a retry makes no pause (its cooldown is its rest): two retries that agree end the
-    retries like two paused ones, instead of running every attempt and its cooldown."""
-    timer = _Timer([12.0, 11.0, 11.02, 10.0], [True] * 4)
-    monkeypatch.setattr(retry, "TelemetrySampler", _AlwaysCapped)
+def test_a_us_calls_unpaused_retries_do_not_converge(monkeypatch):
+    """Under 50 µs a retry makes no pause (its cooldown is its rest). Two such retries that agree while
+    capped mean an earlier case's cap still holds: the next, longer cooldown runs instead of stopping."""
+    timer = _Timer([12.0, 11.0, 11.02, 10.0], [True, True, True, False])
+    monkeypatch.setattr(retry, "TelemetrySampler", _sampler(timer, lambda k: timer.capped[k], lambda k: False))
     done = retry.measure_with_retries(timer, lambda: None, None, TimingSettings(throttle_retries=3,
                                                                                  throttle_cooldown_s=0.0))
-    assert timer.pauses == [0.0, 0.0, 0.0] and len(done.attempts) == 3 and done.attempts[-1]["converged"]
-    assert done.measurement.latency_us == 11.0
+    assert timer.pauses == [0.0] * 4 and not any(a["converged"] for a in done.attempts)
+    assert done.measurement.latency_us == 10.0 and not done.telemetry["capped"]
+
+
+def test_a_cut_short_attempt_is_never_the_uncapped_one_kept(monkeypatch):
+    """Cut for the cap, then one more uncapped reading made its window read uncapped: a full uncapped
+    retry is kept over it, though the cut one read faster."""
+    timer = _Timer([210.0, 199.0, 201.0], [True, False, False])
+    monkeypatch.setattr(timer, "measure", _cut_after(timer, lambda k: 32))
+    monkeypatch.setattr(retry, "TelemetrySampler", _sampler(timer, lambda k: k == 0, lambda k: k == 1))
+    done = retry.measure_with_retries(timer, lambda: None, None, SETTINGS)   # type: ignore[arg-type]
+    assert [a["stop_reason"] for a in done.attempts] == ["noise_target", "capped", "noise_target"]
+    assert done.measurement.latency_us == 201.0 and not done.telemetry["capped"]
 
 
 def test_doubling_a_rested_first_attempts_pause_stops_at_the_settings_ceiling(monkeypatch):

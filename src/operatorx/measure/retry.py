@@ -72,12 +72,6 @@ def _next_pause_s(settings: TimingSettings, attempt: int, tried: list[tuple[Meas
     return max(by_settings, min(2 * last, settings.max_pause_s())) if last > 0 else by_settings
 
 
-def _rested(index: int, pause_s: float) -> bool:
-    """Whether attempt `index` ran rested: it paused between calls, or it is a retry (it began after
-    its cooldown; a µs call's retries make no pause, and they too can agree)."""
-    return pause_s > 0 or index >= 1
-
-
 def _usable(m: Measurement, min_samples: int) -> bool:
     """A full attempt, or one cut short (capped) after it already held `min_samples`: as good as a
     full one for choosing the number. One cut with fewer is kept only when nothing else is left."""
@@ -94,8 +88,10 @@ def _converged(tried: list[tuple[Measurement, dict[str, Any], float]], min_sampl
     if len(tried) < 2:
         return False
     (a, _, pause_a), (b, _, pause_b) = tried[-2], tried[-1]
-    if not (_rested(len(tried) - 2, pause_a) and _rested(len(tried) - 1, pause_b)):
-        return False                           # an unrested attempt says nothing of what rest does
+    # an unpaused attempt says nothing of what rest does; two capped unpaused retries of a µs call that
+    # agree mean an earlier case's cap still holds, which the next, longer cooldown may let go
+    if not (pause_a > 0 and pause_b > 0):
+        return False
     # a cut-short attempt with fewer than min_samples says little; one that holds them is as good as
     # a full one here (a 19 ms GEMM's attempts are 10 calls either way: on the H200 four of them, cut
     # or not, read within 0.2% and took 4.6 s)
@@ -133,7 +129,9 @@ def measure_with_retries(timer: _Timer, fn: Callable[[], Any], telemetry: Teleme
         if not (tried[-1][1]["capped"] or _cut_short(m)) or _converged(tried, settings.min_samples):
             break
     usable = [i for i, (m, _, _) in enumerate(tried) if _usable(m, settings.min_samples)] or list(range(len(tried)))
-    pool = [i for i in usable if not tried[i][1]["capped"]] or usable
+    # a cut-short attempt was stopped for the cap even where a reading after the cut made its window read
+    # uncapped: it is never the uncapped one
+    pool = [i for i in usable if not (tried[i][1]["capped"] or _cut_short(tried[i][0]))] or usable
     kept = min(pool, key=lambda i: tried[i][0].latency_us)
 
     def converged_at(i: int) -> bool:
