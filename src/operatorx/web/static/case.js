@@ -68,7 +68,7 @@
       const readings = ["sm_clock_mhz", "mem_clock_mhz", "power_w", "temperature_c"].map(reading).filter(Boolean);
       out.push(section("Telemetry",
         kv([["available", t.available], ["capped", t.capped], ["capping reasons", (t.capping_reasons || []).join(", ")],
-            ["energy mJ", t.energy_mj], ["readings", t.readings]]),
+            ["energy mJ", t.energy_mj], ["energy over s", t.energy_s], ["readings", t.readings]]),
         readings.length ? table([["reading", 0], ["min", 1], ["p50", 2], ["max", 3]], readings) : "",
         (t.attempts || []).length ? table([["latency µs", "latency_us"], ["pause s", "pause_s"], ["capped", "capped"],
           ["reasons", r => (r.capping_reasons || []).join(", ")], ["SM MHz", "sm_clock_mhz"], ["power W", "power_w"],
