@@ -203,6 +203,30 @@ def test_the_spin_is_trimmed_to_what_the_host_lags_behind_the_gpu_plus_a_few_cal
         assert spin_s < 0.6 * kt._SPIN_MARGIN * 50e-6 * n
 
 
+def test_a_multi_kernel_call_keeps_the_whole_spin(scripted):
+    """Calls of several kernels are fully queued behind the spin (1.2 x the host's enqueue of the
+    batch): launching them while the GPU runs them would grow the gaps between their kernels."""
+    import itertools
+
+    spread = itertools.cycle([9_000, 10_000, 11_000, 12_000])
+
+    def two_kernels(b, n):
+        calls = []
+        for _ in range(n):
+            span = next(spread)
+            c = CallTrace([Activity("quant", 1_000, 2_000, 7), Activity("gemm", 3_000, 1_000 + span, 8)],
+                          gap_before_ns=500)
+            c.max_gap_ns = 1_000
+            calls.append(c)
+        return calls
+
+    seen = scripted(two_kernels, queue_left=lambda spin_s, n: spin_s + n * 30e-6 - n * 50e-6)
+    _timer(max_time_s=0.05, max_samples=600, rested_call_s=0).measure(lambda: None)
+    assert len(seen) >= 2
+    for n, cycles in zip(seen[1:], scripted.spins[1:], strict=True):
+        assert cycles / 2e9 == pytest.approx(kt._SPIN_MARGIN * 50e-6 * n, rel=1e-3)
+
+
 def test_one_warmup_call_gives_no_enqueue_estimate():
     """A retry's single warmup call holds its lazy set-up: the first spin falls back to the guess."""
     assert kt._enqueue_from_warmup([0.2]) == kt._FIRST_ENQUEUE_GUESS_S
