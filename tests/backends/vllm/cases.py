@@ -41,7 +41,8 @@ def gemm_case(scheme: str, m: int = 16, n: int = 512, k: int = 512, **extra: Any
 
 def moe_case(scheme: str, style: str = "deepseek", tokens: int = 8, routing: Optional[dict[str, Any]] = None,
              num: int = 16, top_k: int = 4, hidden: int = 512, inter: int = 256,
-             activation: Optional[dict[str, Any]] = None, shared: bool = True, shared_bf16: bool = False) -> Case:
+             activation: Optional[dict[str, Any]] = None, shared: bool = True, shared_bf16: bool = False,
+             shared_as: Optional[str] = None) -> Case:
     """style: deepseek (bf16 GateLinear, sigmoid grouped), qwen (softmax, gated shared expert),
     glm (fp32 gate, sigmoid grouped_topk 1/1 as GLM-4.5), minimax (fp32 gate, sigmoid top-k, no shared),
     dsv4 / dsv4_hash (bf16 gate, fp32 logits, sqrtsoftplus; top-k with bias / hash table over 1000 ids)."""
@@ -50,7 +51,8 @@ def moe_case(scheme: str, style: str = "deepseek", tokens: int = 8, routing: Opt
     args: dict[str, Any] = {"tokens": tokens, "hidden": hidden, "experts": experts,
                             "activation": activation or {"kind": "silu", "gated": True},
                             "routing": routing or {"distribution": "natural", "seed": 0}}
-    sa, sw = SCHEMES["bf16"] if shared_bf16 else (a, w)     # shared_bf16: a checkpoint that leaves it unquantized
+    # shared_bf16: a checkpoint that leaves it unquantized; shared_as: another scheme (DeepSeek-V4: block FP8)
+    sa, sw = SCHEMES["bf16" if shared_bf16 else shared_as] if (shared_bf16 or shared_as) else (a, w)
     plain_shared = {"count": 1, "inter": inter, "a1": sa, "w1": sw, "w2": sw}
     if style == "deepseek":
         args["router"] = {"gate": {"dtype": "bf16"}, "scoring": "sigmoid", "bias": True, "renormalize": True,

@@ -206,3 +206,29 @@ def test_moe_deepseek_v4_routing(backends, scheme: str, style: str) -> None:
     assert prepared.metadata["router_weights_rel_error"] < 1e-3
     if style == "dsv4_hash":
         assert prepared.metadata["hash_ids_match_table"] is True
+
+
+@pytest.mark.parametrize("style", ["dsv4", "dsv4_hash"])
+@pytest.mark.parametrize("tokens", [1, 64, 700])
+def test_moe_deepseek_v4_mxfp4_experts(backends, style: str, tokens: int) -> None:
+    """DeepSeek-V4's FP4 experts: DeepseekV4FP8Config → Mxfp4MoEMethod → Marlin on sm90, the clamped SiLU
+    from the layer's swiglu_limit, a block-FP8 shared expert with ue8m0 scales under the same config."""
+    act = {"kind": "silu", "gated": True, "limit": 0.5}      # low enough that the clamp changes the output
+    case = moe_case("mxfp4_w4a16", style=style, tokens=tokens, activation=act, shared_as="fp8_block_ue8m0")
+    prepared, check = _run(backends[1], case)
+    assert prepared is not None, check
+    assert check.ok, check.to_json()
+    experts = prepared.metadata["experts"]
+    assert experts["quant_method"] == "Mxfp4MoEMethod", experts
+    assert "MARLIN" in str(experts.get("mxfp4_backend")), experts
+    assert prepared.metadata["cuda_graph"] is (tokens <= 512)
+
+
+def test_moe_mxfp4_experts_padded_for_marlin(backends) -> None:
+    """intermediate 160 and hidden 384 are not Marlin's x128 / x256: vLLM pads the parameters and the
+    checkpoint's tensors go into their leading rows and columns (moe_build.pad_to_params)."""
+    act = {"kind": "silu", "gated": True, "limit": 0.5}
+    case = moe_case("mxfp4_w4a16", style="dsv4", tokens=16, activation=act, shared=False, hidden=384, inter=160)
+    prepared, check = _run(backends[1], case)
+    assert prepared is not None, check
+    assert check.ok, check.to_json()

@@ -90,8 +90,13 @@ def test_shipped_fp32_gate_checkpoints_now_plan_and_v4_names_its_scheme() -> Non
         assert isinstance(by_source[src], qm.Plan), (src, by_source[src])
     minimax = by_source["MiniMaxAI/MiniMax-M2.5/mlp.experts"]
     assert isinstance(minimax, qm.Plan) and minimax.scheme == "fp8_block"
-    v4 = [v for s, v in by_source.items() if s.startswith("deepseek-ai/DeepSeek-V4")]
-    assert v4 and all(isinstance(v, str) and "MXFP4 W4A16" in v and "activation" not in v for v in v4), v4
+    v4 = {s: v for s, v in by_source.items() if s.startswith("deepseek-ai/DeepSeek-V4")
+          and not s.startswith("deepseek-ai/DeepSeek-V4.1")}
+    assert v4 and all(isinstance(v, qm.Plan) and v.scheme == "mxfp4_w4a16" and v.shared_scheme == "fp8_block"
+                      and v.quant is not None and v.quant.cls == "DeepseekV4FP8Config" for v in v4.values()), v4
+    # DeepSeek-V4.1's 32x32 FP8 blocks: the shared expert's own scheme is the reason
+    v41 = [v for s, v in by_source.items() if s.startswith("deepseek-ai/DeepSeek-V4.1")]
+    assert v41 and all(isinstance(v, str) and v.startswith("shared experts: 32x32 block") for v in v41), v41
     # checkpoints the catalog may carry: bf16 block scales plan; MXFP8 + swigluoai names MXFP8
     for src, plan in by_source.items():
         if "Qwen3.5-397B-A17B-FP8/" in src:
@@ -132,8 +137,119 @@ def test_bf16_block_scales_are_exact_and_dequantize_like_fp32() -> None:
     assert b.scale.dtype == torch.bfloat16 and tuple(b.scale.shape) == (2, 3)
     assert torch.equal(b.scale.float(), a.scale.float()) and torch.equal(a.dequant(), b.dequant())
     assert float((b.dequant() - w).norm() / w.norm()) < 0.05
-    with pytest.raises(ValueError, match="fp32 or bf16"):
+    with pytest.raises(ValueError, match="fp32, bf16 or ue8m0"):
         quantize_matrix(w, "fp8_block", scale_dtype="fp16")
+
+
+# --- 2b. MXFP4 routed experts (DeepSeek-V4) ---------------------------------------------------------------
+
+_V4_ACT = {"kind": "silu", "gated": True, "limit": 10.0}
+
+
+@pytest.mark.parametrize("style", ["dsv4", "dsv4_hash"])
+def test_deepseek_v4_mxfp4_experts_plan_under_its_own_config(style: str) -> None:
+    plan = _plan("mxfp4_w4a16", style=style, activation=_V4_ACT, shared_as="fp8_block_ue8m0")
+    assert isinstance(plan, qm.Plan), plan
+    assert (plan.scheme, plan.shared_scheme, plan.weight_scale_dtype) == ("mxfp4_w4a16", "fp8_block", "ue8m0")
+    assert plan.quant is not None and plan.quant.cls == "DeepseekV4FP8Config"
+    assert plan.quant.config["weight_block_size"] == [128, 128]
+    assert "MARLIN" in plan.expected_sm90
+
+
+@pytest.mark.parametrize("kw,words", [
+    ({"style": "qwen"}, "outside a DeepSeek-V4 block"),                        # Qwen-style block: not wired
+    ({"style": "dsv4", "shared_bf16": True}, "shared experts in bf16 beside MXFP4"),
+    ({"style": "dsv4", "shared_as": "fp8_block"}, "store their FP8 scales as ue8m0"),
+    ({"style": "dsv4", "shared_as": "mxfp8"}, "shared experts: MXFP8"),
+])
+def test_mxfp4_experts_refusals_name_the_piece(kw: dict[str, Any], words: str) -> None:
+    why = _plan("mxfp4_w4a16", activation=_V4_ACT, **kw)
+    assert isinstance(why, str) and words in why, why
+
+
+def test_mxfp4_weights_with_fp4_activations_still_name_the_missing_mma() -> None:
+    a, w = SCHEMES["mxfp4_w4a16"]
+    fp4_act = {"dtype": "e2m1", "scale": {"dtype": "ue8m0", "static": False, "group": [1, 32]}}
+    case = moe_case("mxfp4_w4a16", style="dsv4", activation=_V4_ACT, shared_as="fp8_block_ue8m0")
+    d = case.model_dump(exclude_none=True)
+    d["args"]["experts"]["a1"] = d["args"]["experts"]["a2"] = fp4_act
+    why = qm.moe_plan(_args(Case.model_validate(d)))
+    assert isinstance(why, str) and "no fp4 MMA" in why, why
+
+
+def test_mxfp4_matrix_is_packed4_and_ue8m0_block_scales_are_exact() -> None:
+    from operatorx.backends.packed4 import MxFp4, dequantize_mxfp4
+
+    gen = torch.Generator().manual_seed(5)
+    w = torch.randn(64, 96, generator=gen) / 8
+    m = quantize_matrix(w, "mxfp4_w4a16")
+    assert m.q.dtype == torch.uint8 and tuple(m.q.shape) == (64, 48) and m.scale is not None
+    assert m.scale.dtype == torch.uint8 and tuple(m.scale.shape) == (64, 3)
+    assert torch.equal(m.dequant(), dequantize_mxfp4(MxFp4(m.q, m.scale)))
+    assert torch.equal(m.dequant(rows=slice(8, 16)), m.dequant()[8:16])
+    assert 0.05 < float((m.dequant() - w).norm() / w.norm()) < 0.2      # 4-bit: coarse but near
+    w8 = torch.randn(256, 384, generator=gen) / 8
+    e = quantize_matrix(w8, "fp8_block", scale_dtype="ue8m0")
+    f = quantize_matrix(w8, "fp8_block", scale_dtype="fp32")
+    assert e.scale is not None and f.scale is not None and e.scale.dtype == torch.float8_e8m0fnu
+    assert torch.equal(e.scale.float(), f.scale.float()) and torch.equal(e.dequant(), f.dequant())
+
+
+def test_pad_to_params_places_each_w13_half_and_w2_as_the_loader_does() -> None:
+    from operatorx.backends.vllm.moe_build import pad_to_params
+
+    e, inter, inter_p, h, h_p = 2, 3, 4, 5, 6
+    w13 = torch.arange(e * 2 * inter * h, dtype=torch.float32).reshape(e, 2 * inter, h) + 1
+    w2 = torch.arange(e * h * inter, dtype=torch.float32).reshape(e, h, inter) + 1
+    params = {"w13_weight": torch.nn.Parameter(torch.empty(e, 2 * inter_p, h_p), requires_grad=False),
+              "w2_weight": torch.nn.Parameter(torch.empty(e, h_p, inter_p), requires_grad=False)}
+    out = pad_to_params({"w13_weight": w13, "w2_weight": w2}, params)
+    assert tuple(out["w13_weight"].shape) == (e, 8, 6) and tuple(out["w2_weight"].shape) == (e, 6, 4)
+    assert torch.equal(out["w13_weight"][:, :inter, :h], w13[:, :inter])                  # gate rows
+    assert torch.equal(out["w13_weight"][:, inter_p:inter_p + inter, :h], w13[:, inter:])  # up rows
+    assert float(out["w13_weight"].sum()) == float(w13.sum())                             # the rest is zero
+    assert torch.equal(out["w2_weight"][:, :h, :inter], w2) and float(out["w2_weight"].sum()) == float(w2.sum())
+    same = pad_to_params({"w2_weight": torch.ones(e, h_p, inter_p)}, params)
+    assert same["w2_weight"] is not None and tuple(same["w2_weight"].shape) == (e, h_p, inter_p)
+
+
+def test_reference_of_mxfp4_experts_beside_a_block_fp8_shared_mlp() -> None:
+    """Routed part weight-only (bf16 activations, the same in every flavor); the shared MLP's fp8
+    activation flavors are the ones tried."""
+    from operatorx.backends.vllm.moe_reference import reference_flavors
+    from operatorx.backends.vllm.reference import act_quant_dequant
+
+    assert reference_flavors("mxfp4_w4a16", "fp8_block") == ("ue8m0", "fp32")
+    assert reference_flavors("mxfp4_w4a16", None) == ("none",)
+    assert reference_flavors("fp8_block", "bf16") == ("ue8m0", "fp32")
+    gen = torch.Generator().manual_seed(2)
+    h, inter, rows = 128, 128, 3
+    x = torch.randn(rows, h, generator=gen).to(torch.bfloat16)
+    experts = [(quantize_matrix(torch.randn(2 * inter, h, generator=gen) / 11, "mxfp4_w4a16"),
+                quantize_matrix(torch.randn(h, inter, generator=gen) / 11, "mxfp4_w4a16")) for _ in range(2)]
+    s1 = quantize_matrix(torch.randn(2 * inter, h, generator=gen) / 11, "fp8_block", scale_dtype="ue8m0")
+    s2 = quantize_matrix(torch.randn(h, inter, generator=gen) / 11, "fp8_block", scale_dtype="ue8m0")
+    ids = torch.tensor([[0, 1], [1, 0], [0, 1]])
+    weights = torch.tensor([[0.75, 0.25], [0.5, 0.5], [1.0, 0.0]])
+    act = Activation.model_validate(_V4_ACT)
+    ref = {"experts": experts, "shared": (s1, s2, None), "shared_scheme": "fp8_block"}
+    out = moe_reference(x, ids, weights, ref, "mxfp4_w4a16", act)
+    assert set(out) == {"ue8m0", "fp32"}
+
+    def mlp(xq: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, scheme: str, flavor: str) -> torch.Tensor:
+        hh = (xq @ w1.T).to(torch.bfloat16).float()
+        a = gated_activation(hh, act).to(torch.bfloat16)
+        return act_quant_dequant(a, scheme, flavor) @ w2.T
+
+    for flavor in ("ue8m0", "fp32"):
+        want = torch.zeros(rows, h)
+        for r in range(rows):
+            for slot in range(2):
+                q1, q2 = experts[int(ids[r, slot])]
+                want[r] += weights[r, slot] * mlp(x[r:r + 1].float(), q1.dequant(), q2.dequant(), "bf16", "none")[0]
+        want += mlp(act_quant_dequant(x, "fp8_block", flavor), s1.dequant(), s2.dequant(), "fp8_block", flavor)
+        assert torch.allclose(out[flavor], want, rtol=1e-5, atol=1e-5), flavor
+    assert not torch.equal(out["ue8m0"], out["fp32"])       # the flavors differ only in the shared part
 
 
 # --- 3. activations -------------------------------------------------------------------------------------

@@ -93,7 +93,7 @@ def _prepared(args: MoeArgs, plan: quant_map.Plan, built: Any, stack: ExitStack)
                 router_err = float("inf")
         routed_scale = float(r.scale) if on_output and r.scale is not None else 1.0
         refs = moe_reference(x, seen["ids"], seen["weights"], b.ref, plan.scheme, args.activation, routed_scale)
-        err, flavor = best_flavor(out[:rows].float(), plan.scheme, lambda f: refs[f])
+        err, flavor = best_flavor(out[:rows].float(), plan.scheme, lambda f: refs[f], tuple(refs))
         b.metadata["activation_scales_used"] = flavor
         b.metadata["router_weights_rel_error"] = router_err
         bound = BOUND["bf16" if plan.scheme == "bf16" else "fp8"]

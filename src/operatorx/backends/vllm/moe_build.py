@@ -40,7 +40,8 @@ from operatorx.backends.vllm.quant_map import GateWiring, MoeAct, gate_wiring, m
 from operatorx.backends.vllm.weights import QuantMatrix, load_params, quantize_matrix, scale_name
 from operatorx.spec.moe import GroupedTopK, HashSelect, MoeArgs
 
-__all__ = ["SharedMLP", "MoeBlock", "RouterHook", "build_block", "expert_tensors", "shared_tensors", "hash_table"]
+__all__ = ["SharedMLP", "MoeBlock", "RouterHook", "build_block", "expert_tensors", "shared_tensors", "hash_table",
+           "pad_to_params"]
 
 
 def _act_and_mul(act: MoeAct) -> nn.Module:
@@ -307,6 +308,7 @@ def load_block(block: MoeBlock, args: MoeArgs, scheme: str, gen: torch.Generator
     load_params(block.gate, gate_tensors, "gate")
     re = cast(nn.Module, block.experts.routed_experts)    # FusedMoE's RoutedExperts (vLLM is untyped here)
     tensors, per_expert = expert_tensors(args, scheme, gen, scale_dtype)
+    tensors = pad_to_params(tensors, dict(re.named_parameters(recurse=False)))
     if bias is not None and "e_score_correction_bias" in dict(re.named_parameters(recurse=False)):
         # vLLM 0.26's routed experts register the gate's correction bias as their own parameter too
         tensors["e_score_correction_bias"] = bias
@@ -323,6 +325,30 @@ def load_block(block: MoeBlock, args: MoeArgs, scheme: str, gen: torch.Generator
         ref["shared"] = (q1, q2, sgate)
         ref["shared_scheme"] = shared_scheme or scheme
     return ref
+
+
+def pad_to_params(tensors: dict[str, torch.Tensor], params: dict[str, nn.Parameter]) -> dict[str, torch.Tensor]:
+    """Zero-pad expert tensors into parameters that vLLM rounded up (MXFP4 on Marlin: intermediate to
+    x128, hidden to x256), as its weight loader places them: each w13 half (gate rows, then up rows)
+    at the top of its padded half, w2 in the leading rows and columns. Zero fp4 codes read 0 whatever
+    their (zero) scale."""
+    out = dict(tensors)
+    for name, t in tensors.items():
+        p = params.get(name)
+        if p is None or tuple(p.shape) == tuple(t.shape) or t.dim() != 3 or p.dim() != 3:
+            continue
+        if any(have > want for have, want in zip(t.shape, p.shape, strict=True)):
+            continue                    # load_params names the mismatch
+        padded = torch.zeros(tuple(p.shape), dtype=t.dtype, device=t.device)
+        cols = t.shape[2]
+        if name.startswith("w13_"):
+            half, half_p = t.shape[1] // 2, p.shape[1] // 2
+            padded[:, :half, :cols] = t[:, :half]
+            padded[:, half_p:half_p + half, :cols] = t[:, half:]
+        else:
+            padded[:, :t.shape[1], :cols] = t
+        out[name] = padded
+    return out
 
 
 def hash_table(vocab: int, experts: int, top_k: int, gen: torch.Generator, chunk_rows: int = 16384) -> torch.Tensor:

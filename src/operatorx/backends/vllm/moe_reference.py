@@ -26,7 +26,7 @@ from operatorx.backends.vllm.quant_map import SWIGLUOAI_KERNEL_DEFAULTS
 from operatorx.backends.vllm.reference import ACT_FLAVORS, act_quant_dequant
 from operatorx.spec.moe import Activation
 
-__all__ = ["moe_reference", "gated_activation"]
+__all__ = ["moe_reference", "gated_activation", "reference_flavors"]
 
 
 def gated_activation(h: torch.Tensor, act: Activation) -> torch.Tensor:
@@ -64,15 +64,32 @@ def _mlp(x_q: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, scheme: str, fla
     return act_quant_dequant(a, scheme, flavor) @ w2.T
 
 
+def reference_flavors(scheme: str, shared_scheme: Optional[str]) -> tuple[str, ...]:
+    """The activation-scale flavors to try: the routed experts' when they quantize activations, else
+    a quantized shared MLP's (DeepSeek-V4: weight-only MXFP4 experts beside a block-FP8 shared expert)."""
+    flavors = ACT_FLAVORS[scheme]
+    if flavors == ("none",) and shared_scheme is not None:
+        return ACT_FLAVORS[shared_scheme]
+    return flavors
+
+
+def _own(flavor: str, scheme: str) -> str:
+    """The flavor a part computes with: the one tried when its scheme has it, else its default."""
+    return flavor if flavor in ACT_FLAVORS[scheme] else ACT_FLAVORS[scheme][0]
+
+
 def moe_reference(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, ref: dict[str, Any],
                   scheme: str, act: Activation, routed_scale: float = 1.0) -> dict[str, torch.Tensor]:
     """flavor → fp32 [rows, H] output (routed, weighted, plus the shared expert).
 
     `routed_scale` multiplies the routed sum when vLLM scales the routed output rather than the
-    top-k weights (FusedMoE(apply_routed_scale_to_output=True), Glm4MoE)."""
-    flavors = ACT_FLAVORS[scheme]
+    top-k weights (FusedMoE(apply_routed_scale_to_output=True), Glm4MoE). The shared MLP runs its
+    own scheme (`ref["shared_scheme"]`) where the checkpoint quantizes it differently."""
+    shared: Optional[tuple[Any, Any, Optional[torch.Tensor]]] = ref.get("shared")
+    shared_scheme = ref.get("shared_scheme", scheme) if shared is not None else None
+    flavors = reference_flavors(scheme, shared_scheme)
     rows = x.shape[0]
-    xq = {f: act_quant_dequant(x, scheme, f) for f in flavors}
+    xq = {f: act_quant_dequant(x, scheme, _own(f, scheme)) for f in flavors}
     out = {f: torch.zeros(rows, x.shape[1], device=x.device, dtype=torch.float32) for f in flavors}
     ids, w = ids[:rows].long(), weights[:rows].float() * routed_scale
     for expert in torch.unique(ids).tolist():
@@ -81,16 +98,15 @@ def moe_reference(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, ref
         w1, w2 = q1.dequant(), q2.dequant()
         scale = w[tok, slot].unsqueeze(1)
         for f in flavors:
-            out[f].index_add_(0, tok, _mlp(xq[f][tok], w1, w2, scheme, f, act) * scale)
+            out[f].index_add_(0, tok, _mlp(xq[f][tok], w1, w2, scheme, _own(f, scheme), act) * scale)
         del w1, w2
-    shared: Optional[tuple[Any, Any, Optional[torch.Tensor]]] = ref.get("shared")
     if shared is not None:
+        assert shared_scheme is not None
         q1, q2, sgate = shared
         w1, w2 = q1.dequant(), q2.dequant()
-        shared_scheme = ref.get("shared_scheme", scheme)     # bf16 where the checkpoint left it unquantized
         for f in flavors:
-            y = _mlp(xq[f], w1, w2, scheme, f, act) if shared_scheme == scheme else \
-                _mlp(x.float(), w1, w2, "bf16", "none", act)
+            own = _own(f, shared_scheme)
+            y = _mlp(act_quant_dequant(x, shared_scheme, own), w1, w2, shared_scheme, own, act)
             if sgate is not None:
                 y = y * torch.sigmoid(x.float() @ sgate.float().T)
             out[f] += y

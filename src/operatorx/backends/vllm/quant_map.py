@@ -12,7 +12,7 @@ checkpoint's `quantization_config` holds, so the mapping reads like the checkpoi
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal, Optional, Union, cast
 
 from operatorx.spec.gemm import GemmArgs
 from operatorx.spec.moe import Activation, GroupedTopK, HashSelect, MoeArgs
@@ -22,7 +22,9 @@ __all__ = ["QuantConfigSpec", "Plan", "Scheme", "pair_scheme", "gemm_plan", "moe
            "capture_sizes", "MAX_CAPTURE_SIZE", "MoeAct", "moe_activation", "GateWiring", "gate_wiring",
            "SWIGLUOAI_KERNEL_DEFAULTS"]
 
-Scheme = Literal["bf16", "fp8_tensor_static", "fp8_token_tensor", "fp8_token_channel", "fp8_block"]
+Scheme = Literal["bf16", "fp8_tensor_static", "fp8_token_tensor", "fp8_token_channel", "fp8_block", "mxfp4_w4a16"]
+_GEMM_SCHEMES = ("bf16", "fp8_tensor_static", "fp8_token_tensor", "fp8_token_channel", "fp8_block")
+_MOE_SCHEMES = _GEMM_SCHEMES + ("mxfp4_w4a16",)
 
 _QUANT = "vllm.model_executor.layers.quantization"
 
@@ -68,15 +70,17 @@ class Plan:
     """What ../shared/docs/vllm-quant-map.md expects vLLM to select on sm90 (metadata only:
     the row records what vLLM actually selected)."""
     notes: tuple[str, ...] = field(default=())
-    weight_scale_dtype: Literal["fp32", "bf16"] = "fp32"
+    weight_scale_dtype: Literal["fp32", "bf16", "ue8m0"] = "fp32"
     """The dtype the checkpoint stores 128x128 block weight scales in. vLLM 0.26's Fp8 methods
     register `weight_scale_inv` as fp32 parameters and the loader's `param.data.copy_` upcasts a
-    bf16 tensor (Qwen3.5/Qwen3-Next FP8 checkpoints) into them; the synthetic scales are powers
-    of two, exact in both."""
+    bf16 tensor (Qwen3.5/Qwen3-Next FP8 checkpoints) into them; DeepSeek-V4's config registers
+    them as `float8_e8m0fnu` (ue8m0) and its checkpoints store them so. The synthetic scales are
+    powers of two, exact in all three."""
 
     shared_scheme: Optional[Scheme] = None
-    """The shared MLP's scheme where it differs from the routed experts' (only `bf16`: a layer the
-    checkpoint leaves unquantized); None means the same."""
+    """The shared MLP's scheme where it differs from the routed experts': `bf16` (a layer the
+    checkpoint leaves unquantized) or `fp8_block` (DeepSeek-V4: MXFP4 routed experts, block-FP8
+    shared expert, one config); None means the same."""
 
     @property
     def quantized(self) -> bool:
@@ -117,7 +121,13 @@ def _fp4_reason(a: Operand, w: Operand) -> str:
         return (f"{fmt} with fp4 activations ({a.scheme_name()} × {w.scheme_name()}): vLLM 0.26 on sm90 has no "
                 "fp4 MMA; it runs Marlin weight-only (bf16 activations) or emulation, never this scheme")
     return (f"{fmt} W4A16 ({w.scheme_name()}): vLLM runs it weight-only on sm90 (Marlin / OAI-Triton), but this "
-            "backend does not load packed fp4 checkpoints yet")
+            "backend loads packed fp4 weights only for MXFP4 MoE experts")
+
+
+def _mxfp4_weights(w: Operand) -> bool:
+    """e2m1 values with one static ue8m0 scale per 1x32 along K: OCP MXFP4 as checkpoints store it."""
+    return (w.dtype == "e2m1" and w.scale2 is None and w.scale is not None and w.scale.dtype == "ue8m0"
+            and w.scale.static and w.scale.oriented(weight=True) == (1, 32))
 
 
 def pair_scheme(a: Operand, w: Operand, what: str) -> Union[Scheme, str]:
@@ -129,6 +139,8 @@ def pair_scheme(a: Operand, w: Operand, what: str) -> Union[Scheme, str]:
     if a.dtype in ("fp16", "fp32") or w.dtype in ("fp16", "fp32"):
         return f"{what}: {a.dtype}×{w.dtype}: the vllm backend builds layers in bf16 (the model dtype) only"
     if w.dtype == "e2m1":
+        if a.dtype == "bf16" and a.arrives_as(activation=True) == "bf16" and _mxfp4_weights(w):
+            return "mxfp4_w4a16"
         return f"{what}: {_fp4_reason(a, w)}"
     if w.dtype in ("int4", "int8") or a.dtype in ("int4", "int8"):
         return (f"{what}: integer schemes ({a.scheme_name()} × {w.scheme_name()}) run in vLLM through "
@@ -142,6 +154,11 @@ def pair_scheme(a: Operand, w: Operand, what: str) -> Union[Scheme, str]:
     if a.arrives_as(activation=True) != "bf16":
         return (f"{what}: the activation arrives as {a.arrives_as(activation=True)}; vLLM's fp8 layers take "
                 "bf16 and quantize it inside the layer")
+    r_c = w.scale.oriented(weight=True)
+    if _weight_kind(w) is None and r_c[0] > 1 and r_c[1] > 1:
+        return (f"{what}: {r_c[0]}x{r_c[1]} block weight scales: vLLM 0.26's block-FP8 MoE method takes 128x128 "
+                "blocks only (kFp8Static128BlockSym), no vLLM 0.26 model loads other blocks (DeepSeek-V4.1's 32x32 "
+                "has no deepseek_v41 model there), and this backend builds 128x128 blocks only")
     if (1, 32) in (tuple(a.scale.group), tuple(w.scale.group)):
         return (f"{what}: MXFP8 ({w.scheme_name()}): on sm90 vLLM 0.26 picks MarlinMxfp8LinearKernel / "
                 "MarlinExperts (weight-only, bf16 activations) or emulation; the FlashInfer MXFP8 kernels need sm100")
@@ -237,7 +254,9 @@ def gemm_plan(args: GemmArgs) -> Union[Plan, str]:
     if args.activation is not None:
         return "a GEMM with a fused activation epilogue is not one vLLM linear layer"
     scheme = pair_scheme(args.a, args.b, "gemm")
-    if scheme not in ("bf16", "fp8_tensor_static", "fp8_token_tensor", "fp8_token_channel", "fp8_block"):
+    if scheme == "mxfp4_w4a16":
+        return f"gemm: {_fp4_reason(args.a, args.b)}"
+    if scheme not in _GEMM_SCHEMES:
         return scheme
     if args.bias and scheme != "bf16" and args.bias not in (True, "bf16"):
         return f"bias dtype {args.bias}: vLLM's linear bias is in the model dtype (bf16)"
@@ -416,7 +435,7 @@ def moe_plan(args: MoeArgs) -> Union[Plan, str]:
     e = args.experts
     # the scheme first: where vLLM has no sm90 kernel for it, that is the reason, whatever else the layer has
     scheme = pair_scheme(e.a1, e.w1, "experts")
-    if scheme not in ("bf16", "fp8_tensor_static", "fp8_token_tensor", "fp8_token_channel", "fp8_block"):
+    if scheme not in _MOE_SCHEMES:
         return scheme
     if e.w2.model_dump() != e.w1.model_dump() or e.a2.model_dump() != e.a1.model_dump():
         return ("experts: w2/a2 descriptors differ from w1/a1; one vLLM quant config quantizes both expert "
@@ -427,14 +446,18 @@ def moe_plan(args: MoeArgs) -> Union[Plan, str]:
     if scheme == "fp8_tensor_static":
         return ("experts: static per-tensor activation scales need a calibrated scale for the second expert "
                 "GEMM's input; not wired here (vLLM runs it: Fp8Config static → TRITON)")
-    shared_bf16 = False
+    shared_scheme: Optional[Scheme] = None
     if args.shared is not None:
         s = args.shared
         shared = pair_scheme(s.a1, s.w1, "shared experts")
-        shared_bf16 = shared == "bf16" and scheme != "bf16" and s.w2.model_dump() == s.w1.model_dump()
-        if shared_bf16:
-            pass    # the checkpoint lists the shared MLP in the quant config's ignored layers (below)
-        elif shared != scheme or s.w2.model_dump() != s.w1.model_dump():
+        same_pair = s.w2.model_dump() == s.w1.model_dump()
+        if shared not in _MOE_SCHEMES:
+            return shared           # the shared expert's own scheme has no vLLM form: that is the reason
+        if shared == "bf16" and scheme != "bf16" and same_pair:
+            shared_scheme = "bf16"  # the checkpoint lists the shared MLP in the quant config's ignored layers
+        elif shared == "fp8_block" and scheme == "mxfp4_w4a16" and same_pair:
+            shared_scheme = "fp8_block"     # DeepSeek-V4: FP4 routed experts, block-FP8 everything else
+        elif shared != scheme or not same_pair:
             return (f"shared experts ({s.w1.scheme_name()}) and routed experts ({e.w1.scheme_name()}) differ: a "
                     "vLLM model block quantizes both with the checkpoint's one config")
         elif s.w1.scale is not None and e.w1.scale is not None and s.w1.scale.dtype != e.w1.scale.dtype:
@@ -443,10 +466,12 @@ def moe_plan(args: MoeArgs) -> Union[Plan, str]:
     why = _moe_refusal(args)
     if why:
         return why
-    plan = _with_scale_dtype(_plan(scheme, "moe"), e.w1)  # type: ignore[arg-type]
+    if scheme == "mxfp4_w4a16":
+        return _mxfp4_moe_plan(args, shared_scheme)
+    plan = _with_scale_dtype(_plan(cast(Scheme, scheme), "moe"), e.w1)
     act = moe_activation(args.activation)
     assert isinstance(act, MoeAct)
-    if shared_bf16:
+    if shared_scheme == "bf16":
         plan = replace(plan, shared_scheme="bf16", notes=plan.notes + (
             "shared MLP in bf16 beside quantized routed experts: the checkpoint's quant config lists it among "
             "its ignored layers, and vLLM builds such a layer with UnquantizedLinearMethod",))
@@ -455,3 +480,34 @@ def moe_plan(args: MoeArgs) -> Union[Plan, str]:
             "clamped SiLU with fp8 block: vLLM 0.26's TritonExperts fuses SiLU-and-mul with the 1x128 quant "
             "(silu_and_mul_per_block_quant, no clamp) when DeepGEMM E8M0 is off; the build refuses that case",))
     return plan
+
+
+_DSV4_CONFIG = QuantConfigSpec("vllm.models.deepseek_v4.quant_config", "DeepseekV4FP8Config",
+                               {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128]})
+
+
+def _mxfp4_moe_plan(args: MoeArgs, shared_scheme: Optional[Scheme]) -> Union[Plan, str]:
+    """MXFP4 W4A16 experts as vLLM 0.26 serves DeepSeek-V4: `DeepseekV4FP8Config` (the checkpoint's
+    `quant_method: fp8` with `model_type: deepseek_v4`) gives the routed experts `Mxfp4MoEMethod`
+    (`expert_dtype` fp4, the default) and every linear layer block FP8 with ue8m0 scales. On sm90
+    its backend oracle skips DeepGEMM-FP4 and TRT-LLM (sm100) and picks MARLIN: bf16 activations,
+    the fp4 weights dequantized in the kernel, the clamp from the layer's `swiglu_limit`."""
+    gw = gate_wiring(args)
+    if isinstance(gw, str) or gw.style != "deepseek_v4":
+        return ("experts: MXFP4 W4A16 outside a DeepSeek-V4 block: vLLM 0.26 runs it through Marlin under "
+                "Mxfp4Config (gpt-oss) or compressed-tensors; this backend wires only DeepSeek-V4's "
+                "(DeepseekV4FP8Config → Mxfp4MoEMethod)")
+    if shared_scheme == "bf16":
+        return ("shared experts in bf16 beside MXFP4 routed experts: DeepSeek-V4's config quantizes every "
+                "linear layer to block FP8; no vLLM 0.26 FP4-expert block leaves its shared MLP unquantized")
+    shared = args.shared
+    if shared is not None and shared.w1.scale is not None and shared.w1.scale.dtype != "ue8m0":
+        return (f"shared experts' block scales in {shared.w1.scale.dtype}: DeepSeek-V4's FP4-expert checkpoints "
+                "store their FP8 scales as ue8m0 (DeepseekV4FP8Config.is_scale_e8m0)")
+    notes: tuple[str, ...] = ("routed experts MXFP4 (e2m1, ue8m0 per 1x32), bf16 activations; on sm90 vLLM 0.26 pads "
+             "intermediate to x128 and hidden to x256 for Marlin, the checkpoint's tensors loaded into the "
+             "leading rows and columns as its weight loader does",)
+    if shared_scheme == "fp8_block":
+        notes += ("shared MLP block FP8 under the same config, scales stored as ue8m0 (float8_e8m0fnu)",)
+    return Plan("mxfp4_w4a16", _DSV4_CONFIG, "DeepseekV4FP8Config → Mxfp4MoEMethod → MARLIN (MarlinExperts)",
+                notes, weight_scale_dtype="ue8m0", shared_scheme=shared_scheme)

@@ -26,6 +26,7 @@ ACT_FLAVORS: dict[str, tuple[str, ...]] = {
     "fp8_token_channel": ("fp32",),
     "fp8_token_tensor": ("fp32",),
     "fp8_tensor_static": ("static",),
+    "mxfp4_w4a16": ("none",),
 }
 
 
@@ -49,10 +50,12 @@ def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     return float((out.float() - ref).norm() / ref.norm().clamp_min(1e-30))
 
 
-def best_flavor(out: torch.Tensor, scheme: str, reference: Callable[[str], torch.Tensor]) -> tuple[float, str]:
-    """(smallest relative error, its flavor) over the flavors the scheme can run with."""
-    best = (float("inf"), ACT_FLAVORS[scheme][0])
-    for flavor in ACT_FLAVORS[scheme]:
+def best_flavor(out: torch.Tensor, scheme: str, reference: Callable[[str], torch.Tensor],
+                flavors: Optional[tuple[str, ...]] = None) -> tuple[float, str]:
+    """(smallest relative error, its flavor) over the flavors the scheme can run with (or `flavors`)."""
+    tried = flavors or ACT_FLAVORS[scheme]
+    best = (float("inf"), tried[0])
+    for flavor in tried:
         err = rel_error(out, reference(flavor))
         if not err >= best[0]:      # NaN never wins over a number, and the first NaN is kept
             best = (err, flavor)

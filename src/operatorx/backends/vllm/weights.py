@@ -6,7 +6,10 @@ One matrix [N, K] is quantized as the scheme's checkpoint stores it (the names a
   requantization for DeepGEMM (the sm90 default) loses nothing and bf16 holds them exactly;
 - fp8_tensor_static / fp8_token_tensor: e4m3 `weight` + fp32 `weight_scale`, one per shard
   (a merged gate/up projection carries two), plus `input_scale` [1] when static;
-- fp8_token_channel: e4m3 `weight` + fp32 `weight_scale` [N] (one per output row).
+- fp8_token_channel: e4m3 `weight` + fp32 `weight_scale` [N] (one per output row);
+- mxfp4_w4a16: packed e2m1 `weight` [N, K/2] uint8 + ue8m0 `weight_scale` [N, K/32] uint8
+  (backends/packed4.py), as DeepSeek-V4's MXFP4 experts load into vLLM's `Mxfp4MoEMethod`.
+  Block FP8 scales may also be stored as ue8m0 (`float8_e8m0fnu`), as DeepSeek-V4's FP8 layers are.
 
 `load_params` copies tensors into a module's own parameters by name, and fails naming both
 sides when a parameter is missing, unexpected or shaped differently: that is where a vLLM
@@ -20,6 +23,7 @@ from typing import Optional
 
 import torch
 
+from operatorx.backends.packed4 import MxFp4, dequantize_mxfp4, quantize_mxfp4
 from operatorx.backends.torch.quant import FP8_MAX, dequantize, quantize
 from operatorx.spec.operand import Scale
 
@@ -28,6 +32,7 @@ __all__ = ["QuantMatrix", "quantize_matrix", "scale_name", "load_params", "param
 _BLOCK = Scale(dtype="ue8m0", static=True, group=[128, 128])
 _TENSOR = Scale(dtype="fp32", static=True, group=[-1, -1])
 _CHANNEL = Scale(dtype="fp32", static=True, group=[-1, 1])
+_SCALE_DTYPES = {"bf16": torch.bfloat16, "ue8m0": torch.float8_e8m0fnu}
 
 
 def scale_name(scheme: str) -> Optional[str]:
@@ -40,8 +45,8 @@ def scale_name(scheme: str) -> Optional[str]:
 class QuantMatrix:
     """One [N, K] weight as stored: values, scales in checkpoint layout, and how to read it back."""
 
-    q: torch.Tensor                   # [N, K] e4m3 (or bf16 for the bf16 scheme)
-    scale: Optional[torch.Tensor]     # block [nb, kb] / tensor [shards] / channel [N]; None for bf16
+    q: torch.Tensor                   # [N, K] e4m3 (bf16 for the bf16 scheme; [N, K/2] uint8 for mxfp4_w4a16)
+    scale: Optional[torch.Tensor]     # block [nb, kb] / tensor [shards] / channel [N] / mx [N, K/32]; None for bf16
     scheme: str
     shards: tuple[int, ...]
 
@@ -50,6 +55,9 @@ class QuantMatrix:
         if self.scale is None:
             q = self.q if rows is None else self.q[rows]
             return q.float()
+        if self.scheme == "mxfp4_w4a16":
+            full = dequantize_mxfp4(MxFp4(self.q, self.scale))
+            return full if rows is None else full[rows]
         if self.scheme == "fp8_block":
             full = dequantize(self.q, self.scale.float(), (128, 128))
             return full if rows is None else full[rows]
@@ -64,21 +72,24 @@ class QuantMatrix:
 def quantize_matrix(w: torch.Tensor, scheme: str, shards: Optional[tuple[int, ...]] = None,
                     scale_dtype: str = "fp32") -> QuantMatrix:
     """`w` [N, K] bf16/fp32 → the checkpoint's stored form under `scheme` (`scale_dtype`: the dtype
-    the checkpoint stores block scales in, fp32 or bf16)."""
+    the checkpoint stores block scales in, fp32, bf16 or ue8m0)."""
     n = w.shape[0]
     shards = shards or (n,)
     assert sum(shards) == n, (shards, n)
     if scheme == "bf16":
         return QuantMatrix(w.to(torch.bfloat16), None, scheme, shards)
+    if scheme == "mxfp4_w4a16":
+        m = quantize_mxfp4(w)
+        return QuantMatrix(m.packed, m.scales, scheme, shards)
     if scheme == "fp8_block":
         q, s = quantize(w, "e4m3", _BLOCK, weight=True)
-        if scale_dtype == "bf16":
-            s16 = s.to(torch.bfloat16)
-            if not torch.equal(s16.float(), s.float()):   # powers of two in bf16's range are exact
-                raise ValueError("a block scale is not exact in bf16")
-            s = s16
+        if scale_dtype in _SCALE_DTYPES:
+            stored = s.to(_SCALE_DTYPES[scale_dtype])
+            if not torch.equal(stored.float(), s.float()):   # powers of two in range are exact in both
+                raise ValueError(f"a block scale is not exact in {scale_dtype}")
+            s = stored
         elif scale_dtype != "fp32":
-            raise ValueError(f"block scales are stored in fp32 or bf16 here, not {scale_dtype!r}")
+            raise ValueError(f"block scales are stored in fp32, bf16 or ue8m0 here, not {scale_dtype!r}")
         return QuantMatrix(q, s.contiguous(), scheme, shards)
     if scheme == "fp8_token_channel":
         q, s = quantize(w, "e4m3", _CHANNEL, weight=True)
