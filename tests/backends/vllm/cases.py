@@ -42,12 +42,13 @@ def gemm_case(scheme: str, m: int = 16, n: int = 512, k: int = 512, **extra: Any
 def moe_case(scheme: str, style: str = "deepseek", tokens: int = 8, routing: Optional[dict[str, Any]] = None,
              num: int = 16, top_k: int = 4, hidden: int = 512, inter: int = 256,
              activation: Optional[dict[str, Any]] = None, shared: bool = True, shared_bf16: bool = False,
-             shared_as: Optional[str] = None) -> Case:
+             shared_as: Optional[str] = None, expert_bias: bool = False) -> Case:
     """style: deepseek (bf16 GateLinear, sigmoid grouped), qwen (softmax, gated shared expert),
     glm (fp32 gate, sigmoid grouped_topk 1/1 as GLM-4.5), minimax (fp32 gate, sigmoid top-k, no shared),
-    dsv4 / dsv4_hash (bf16 gate, fp32 logits, sqrtsoftplus; top-k with bias / hash table over 1000 ids)."""
+    dsv4 / dsv4_hash (bf16 gate, fp32 logits, sqrtsoftplus; top-k with bias / hash table over 1000 ids),
+    gpt_oss (bf16 gate, softmax top-k renormalized, no shared expert)."""
     a, w = SCHEMES[scheme]
-    experts = {"num": num, "top_k": top_k, "inter": inter, "a1": a, "w1": w, "w2": w, "a2": a}
+    experts = {"num": num, "top_k": top_k, "inter": inter, "a1": a, "w1": w, "w2": w, "a2": a, "bias": expert_bias}
     args: dict[str, Any] = {"tokens": tokens, "hidden": hidden, "experts": experts,
                             "activation": activation or {"kind": "silu", "gated": True},
                             "routing": routing or {"distribution": "natural", "seed": 0}}
@@ -68,6 +69,9 @@ def moe_case(scheme: str, style: str = "deepseek", tokens: int = 8, routing: Opt
         args["router"] = {"gate": {"dtype": "bf16", "logits": "fp32"}, "scoring": "sqrtsoftplus",
                           "bias": style == "dsv4", "renormalize": True, "scale": 1.5, "select": select}
         args["shared"] = plain_shared
+    elif style == "gpt_oss":
+        args["router"] = {"gate": {"dtype": "bf16"}, "scoring": "softmax", "select": {"kind": "topk"},
+                          "renormalize": True}
     elif style == "minimax":
         args["router"] = {"gate": {"dtype": "fp32", "logits": "fp32"}, "scoring": "sigmoid", "bias": True,
                           "renormalize": True, "scale": 1.0, "select": {"kind": "topk"}}

@@ -232,3 +232,21 @@ def test_moe_mxfp4_experts_padded_for_marlin(backends) -> None:
     prepared, check = _run(backends[1], case)
     assert prepared is not None, check
     assert check.ok, check.to_json()
+
+
+_OAI = {"kind": "swigluoai", "gated": True, "interleaved": True, "limit": 7.0, "alpha": 1.702, "beta": 1.0}
+
+
+@pytest.mark.parametrize("tokens", [1, 64, 700])
+def test_moe_gpt_oss_mxfp4_experts(backends, tokens: int) -> None:
+    """gpt-oss's MXFP4 experts with biases: GptOssMxfp4Config → TRITON monolithic on sm90, checked on the
+    routing vLLM's router gives for the same logits."""
+    case = moe_case("mxfp4_w4a16", style="gpt_oss", tokens=tokens, activation=_OAI, shared=False,
+                    expert_bias=True, num=32, top_k=4, hidden=512, inter=256)
+    prepared, check = _run(backends[1], case)
+    assert prepared is not None, check
+    assert check.ok, check.to_json()
+    experts = prepared.metadata["experts"]
+    assert experts["quant_method"] == "GptOssMxfp4MoEMethod", experts
+    assert ("monolithic" in check.reference) is bool(experts["is_monolithic"]), check.reference
+    assert check.rows_checked >= min(tokens, 64) - 2           # ties at the top-k boundary are rare

@@ -157,7 +157,7 @@ def test_deepseek_v4_mxfp4_experts_plan_under_its_own_config(style: str) -> None
 
 
 @pytest.mark.parametrize("kw,words", [
-    ({"style": "qwen"}, "outside a DeepSeek-V4 block"),                        # Qwen-style block: not wired
+    ({"style": "qwen"}, "outside a DeepSeek-V4 or gpt-oss block"),             # Qwen-style block: not wired
     ({"style": "dsv4", "shared_bf16": True}, "shared experts in bf16 beside MXFP4"),
     ({"style": "dsv4", "shared_as": "fp8_block"}, "store their FP8 scales as ue8m0"),
     ({"style": "dsv4", "shared_as": "mxfp8"}, "shared experts: MXFP8"),
@@ -165,6 +165,47 @@ def test_deepseek_v4_mxfp4_experts_plan_under_its_own_config(style: str) -> None
 def test_mxfp4_experts_refusals_name_the_piece(kw: dict[str, Any], words: str) -> None:
     why = _plan("mxfp4_w4a16", activation=_V4_ACT, **kw)
     assert isinstance(why, str) and words in why, why
+
+
+def test_gpt_oss_mxfp4_experts_plan_with_biases_under_its_config() -> None:
+    plan = _plan("mxfp4_w4a16", style="gpt_oss", shared=False, activation=OAI, expert_bias=True)
+    assert isinstance(plan, qm.Plan), plan
+    assert plan.quant is not None and plan.quant.cls == "GptOssMxfp4Config" and plan.shared_scheme is None
+    assert "Monolithic" in plan.expected_sm90
+    # the same biases on block-FP8 experts are still refused, naming where they are wired
+    why = _plan("fp8_block", style="gpt_oss", shared=False, activation=OAI, expert_bias=True)
+    assert isinstance(why, str) and "GptOssMxfp4MoEMethod" in why, why
+
+
+@pytest.mark.parametrize("kw,words", [
+    ({"routing": {"distribution": "balanced", "seed": 0}}, "routes inside its kernel"),
+    ({"style": "qwen"}, "no vLLM model has an interleaved shared expert"),
+])
+def test_gpt_oss_mxfp4_refusals(kw: dict[str, Any], words: str) -> None:
+    kw = {"style": "gpt_oss", "shared": False, **kw}
+    if kw["style"] == "qwen":
+        kw["shared"] = True
+    why = _plan("mxfp4_w4a16", activation=OAI, expert_bias=True, **kw)
+    assert isinstance(why, str) and words in why, why
+
+
+def test_reference_adds_expert_biases_inside_each_expert() -> None:
+    """gpt-oss: h = x w1ᵀ + b1 (to bf16), y = act(h) w2ᵀ + b2, weighted by the router."""
+    gen = torch.Generator().manual_seed(4)
+    h, inter = 64, 64
+    x = torch.randn(2, h, generator=gen).to(torch.bfloat16)
+    q1 = quantize_matrix(torch.randn(2 * inter, h, generator=gen) / 8, "mxfp4_w4a16")
+    q2 = quantize_matrix(torch.randn(h, inter, generator=gen) / 8, "mxfp4_w4a16")
+    b1, b2 = torch.randn(1, 2 * inter, generator=gen), torch.randn(1, h, generator=gen)
+    act = Activation.model_validate(OAI)
+    ids, weights = torch.tensor([[0], [0]]), torch.tensor([[1.0], [0.25]])
+    ref = {"experts": [(q1, q2)], "shared": None, "expert_bias": (b1, b2)}
+    out = moe_reference(x, ids, weights, ref, "mxfp4_w4a16", act)["none"]
+    hh = (x.float() @ q1.dequant().T + b1).to(torch.bfloat16).float()
+    want = gated_activation(hh, act).to(torch.bfloat16).float() @ q2.dequant().T + b2
+    assert torch.allclose(out, want * weights, rtol=1e-5, atol=1e-5)
+    plain = moe_reference(x, ids, weights, {**ref, "expert_bias": None}, "mxfp4_w4a16", act)["none"]
+    assert float((plain - out).abs().max()) > 0.1          # the biases change the result
 
 
 def test_mxfp4_weights_with_fp4_activations_still_name_the_missing_mma() -> None:
@@ -301,8 +342,7 @@ def test_interleaved_swigluoai_with_a_shared_expert_is_refused() -> None:
     assert isinstance(why, str) and "interleaved shared expert" in why
 
 
-@pytest.mark.parametrize("scheme,words", [("mxfp8", "MXFP8"), ("nvfp4", "NVFP4 with fp4 activations"),
-                                          ("mxfp4_w4a16", "MXFP4 W4A16")])
+@pytest.mark.parametrize("scheme,words", [("mxfp8", "MXFP8"), ("nvfp4", "NVFP4 with fp4 activations")])
 def test_no_sm90_kernel_reason_names_the_scheme_not_the_activation(scheme: str, words: str) -> None:
     for act in (OAI, {"kind": "silu", "gated": True, "limit": 10.0}):
         why = _plan(scheme, style="qwen", shared=False, activation=act)

@@ -73,7 +73,12 @@ def _prepared(args: MoeArgs, plan: quant_map.Plan, built: Any, stack: ExitStack)
         seen = b.run_recorded()                     # eager, recording the routing it takes
         out = fn()                                  # what is timed (graph replay when captured)
         rows = min(args.tokens, CHECK_ROWS)
-        x = b.x[:rows]
+        keep = _untied_rows(b, rows, args.experts.top_k) if b.monolithic else None
+        if keep is not None:        # the kernel routed inside: compare where the router's choice is unambiguous
+            seen = {k: v[:rows][keep] for k, v in seen.items()}
+            x, out, rows = b.x[:rows][keep], out[:rows][keep], int(keep.sum())
+        else:
+            x = b.x[:rows]
         r = args.router
         on_output = bool(b.metadata["wiring"].get("routed_scale_on_output"))
         logits = x.float() @ b.ref["gate"].float().T
@@ -106,6 +111,9 @@ def _prepared(args: MoeArgs, plan: quant_map.Plan, built: Any, stack: ExitStack)
             text += "; activation " + ", ".join(f"{k}={v}" for k, v in act.items()) + " computed in the reference"
         if b.graph is not None:
             text += "; output of the CUDA-graph replay"
+        if keep is not None:
+            text += (f"; monolithic experts kernel (routes inside): routing from vLLM's router on the same logits, "
+                     f"{int((~keep).sum())} row(s) whose top-{args.experts.top_k} ends in a tie left out")
         return Check(worst, bound, rows, text)
 
     layers = _layers(built)
@@ -127,6 +135,18 @@ def _prepared(args: MoeArgs, plan: quant_map.Plan, built: Any, stack: ExitStack)
                     min_bytes=args.min_bytes(experts_hit=built.metadata["experts_hit"]), layers=layers)
 
 
+def _untied_rows(built: Any, rows: int, top_k: int) -> Any:
+    """Rows whose k-th and (k+1)-th largest logits differ: where a monolithic kernel and vLLM's router
+    must agree on the experts (on an exact tie each may keep either)."""
+    import torch
+
+    with torch.no_grad():
+        top = built.logits()[:rows].float().topk(min(top_k + 1, built.logits().shape[-1]), dim=-1).values
+    if top.shape[-1] <= top_k:
+        return torch.ones(rows, dtype=torch.bool, device=top.device)
+    return top[:, top_k - 1] != top[:, top_k]
+
+
 def _let_go(built: Any, layers: dict[str, Any]) -> None:
     """Drop every reference this backend made into the block: the deeper entry points (bound methods
     of the block), the router hook set on the router instance, the config's layer registry, the graph."""
@@ -140,9 +160,10 @@ def _layers(built: Any) -> dict[str, Any]:
     forward (when the timed call is a graph replay: the engine's eager step), and the block as its
     public pieces called one by one (gate → router.select_experts → RoutedExperts.forward_modular
     → shared MLP → combine), which skips the runner's `moe_forward` custom op. Monolithic kernels
-    have no select/apply split, and the build refuses them."""
+    have no select/apply split: only the eager forward is offered for them."""
     out: dict[str, Any] = {}
     if built.graph is not None:
         out["block.forward"] = built.eager
-    out["gate+select_experts+forward_modular+shared"] = built.decomposed
+    if not built.monolithic:     # a monolithic kernel has no select/apply split
+        out["gate+select_experts+forward_modular+shared"] = built.decomposed
     return out

@@ -199,6 +199,8 @@ def build_block(args: MoeArgs, quant_config: Any, prefix: str, shared_unquantize
         "routed_scaling_factor": float(r.scale) if r.scale is not None else 1.0,
         "e_score_correction_bias": bias, "shared_experts": shared, **act.fused_moe_kwargs(),
     }
+    if e.bias:
+        kwargs["has_bias"] = True
     if not gw.external:
         kwargs["gate"] = gate
     if gw.routed_scale_on_output:
@@ -213,7 +215,7 @@ def build_block(args: MoeArgs, quant_config: Any, prefix: str, shared_unquantize
     elif gw.style == "deepseek_v2":
         kwargs["router_logits_dtype"] = getattr(gate, "out_dtype", None)
     kwargs, dropped = _accepted(FusedMoE, kwargs)
-    needed = {"gate", "shared_experts", "activation", "swiglu_limit", "swiglu_alpha", "swiglu_beta",
+    needed = {"gate", "shared_experts", "activation", "has_bias", "swiglu_limit", "swiglu_alpha", "swiglu_beta",
               "apply_routed_scale_to_output", "router_logits_dtype", "hash_indices_table"}
     if needed & set(dropped):
         raise RuntimeError(f"this vLLM's FusedMoE takes no {sorted(needed & set(dropped))}: the block wiring "
@@ -308,13 +310,19 @@ def load_block(block: MoeBlock, args: MoeArgs, scheme: str, gen: torch.Generator
     load_params(block.gate, gate_tensors, "gate")
     re = cast(nn.Module, block.experts.routed_experts)    # FusedMoE's RoutedExperts (vLLM is untyped here)
     tensors, per_expert = expert_tensors(args, scheme, gen, scale_dtype)
+    expert_bias = None
+    if e.bias:      # gpt-oss: bf16 biases after each expert GEMM (FusedMoE(has_bias=True))
+        expert_bias = (0.1 * torch.randn(e.num, 2 * e.inter, generator=gen, device="cuda", dtype=torch.bfloat16),
+                       0.1 * torch.randn(e.num, h, generator=gen, device="cuda", dtype=torch.bfloat16))
+        tensors["w13_bias"], tensors["w2_bias"] = expert_bias
     tensors = pad_to_params(tensors, dict(re.named_parameters(recurse=False)))
     if bias is not None and "e_score_correction_bias" in dict(re.named_parameters(recurse=False)):
         # vLLM 0.26's routed experts register the gate's correction bias as their own parameter too
         tensors["e_score_correction_bias"] = bias
     load_params(re, tensors, "RoutedExperts")
     del tensors
-    ref: dict[str, Any] = {"gate": gate_w, "bias": bias, "experts": per_expert, "shared": None, "hash_table": table}
+    ref: dict[str, Any] = {"gate": gate_w, "bias": bias, "experts": per_expert, "shared": None, "hash_table": table,
+                           "expert_bias": expert_bias}
     if block.shared is not None:
         sh, (q1, q2, sgate) = shared_tensors(args, shared_scheme or scheme, gen, scale_dtype)
         load_params(block.shared.gate_up_proj, sh["gate_up_proj"], "shared.gate_up_proj")
@@ -330,23 +338,23 @@ def load_block(block: MoeBlock, args: MoeArgs, scheme: str, gen: torch.Generator
 def pad_to_params(tensors: dict[str, torch.Tensor], params: dict[str, nn.Parameter]) -> dict[str, torch.Tensor]:
     """Zero-pad expert tensors into parameters that vLLM rounded up (MXFP4 on Marlin: intermediate to
     x128, hidden to x256), as its weight loader places them: each w13 half (gate rows, then up rows)
-    at the top of its padded half, w2 in the leading rows and columns. Zero fp4 codes read 0 whatever
-    their (zero) scale."""
+    at the top of its padded half, w2 (and the biases) in the leading rows and columns. Zero fp4
+    codes read 0 whatever their (zero) scale."""
     out = dict(tensors)
     for name, t in tensors.items():
         p = params.get(name)
-        if p is None or tuple(p.shape) == tuple(t.shape) or t.dim() != 3 or p.dim() != 3:
+        if p is None or tuple(p.shape) == tuple(t.shape) or t.dim() != p.dim() or t.dim() not in (2, 3):
             continue
         if any(have > want for have, want in zip(t.shape, p.shape, strict=True)):
             continue                    # load_params names the mismatch
         padded = torch.zeros(tuple(p.shape), dtype=t.dtype, device=t.device)
-        cols = t.shape[2]
+        rest = tuple(slice(0, n) for n in t.shape[2:])
         if name.startswith("w13_"):
             half, half_p = t.shape[1] // 2, p.shape[1] // 2
-            padded[:, :half, :cols] = t[:, :half]
-            padded[:, half_p:half_p + half, :cols] = t[:, half:]
+            padded[(slice(None), slice(0, half)) + rest] = t[:, :half]
+            padded[(slice(None), slice(half_p, half_p + half)) + rest] = t[:, half:]
         else:
-            padded[:, :t.shape[1], :cols] = t
+            padded[(slice(None), slice(0, t.shape[1])) + rest] = t
         out[name] = padded
     return out
 

@@ -35,14 +35,28 @@ class BuiltMoe(GraphOrEager):
     prefix: str
     graph: Optional[CapturedCall] = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    monolithic: bool = False
+    """The experts' kernel routes inside (gpt-oss's triton_kernels MoE): vLLM's router never runs in the
+    forward, so the routing the check needs is asked of that router on the same logits."""
 
     def eager(self) -> torch.Tensor:
         return self.block(self.x)
+
+    def select(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """vLLM's router on the block's own logits (through the hook, so forced ids apply)."""
+        runner: Any = self.block.experts
+        re: Any = runner.routed_experts
+        weights, ids = runner.router.select_experts(hidden_states=self.x, router_logits=self.logits(),
+                                                    topk_indices_dtype=re.quant_method.topk_indices_dtype,
+                                                    input_ids=self.block.input_ids)
+        return weights, ids
 
     def run_recorded(self) -> dict[str, torch.Tensor]:
         self.hook.record, self.hook.seen = True, None
         try:
             self.eager()
+            if self.monolithic:
+                self.select()
             torch.cuda.synchronize()
         finally:
             self.hook.record = False
@@ -66,9 +80,7 @@ class BuiltMoe(GraphOrEager):
         runner: Any = self.block.experts
         re: Any = runner.routed_experts
         x = self.x
-        weights, ids = runner.router.select_experts(hidden_states=x, router_logits=self.logits(),
-                                                    topk_indices_dtype=re.quant_method.topk_indices_dtype,
-                                                    input_ids=self.block.input_ids)
+        weights, ids = self.select()
         out = re.forward_modular(x=x, topk_weights=weights, topk_ids=ids)
         w = self.block.wiring
         if w is not None and w.routed_scale_on_output and runner.routed_scaling_factor != 1.0:
@@ -115,9 +127,10 @@ def build_moe(case: Case, args: MoeArgs, plan: Plan, stack: ExitStack) -> BuiltM
     after = {"routed_experts": param_summary(re)}
     qm = re.quant_method
     _refuse_unclamped_fusion(args, plan, qm)
-    if getattr(qm, "is_monolithic", False):
-        raise Unsupported(f"{class_name(qm)} is monolithic here (routing inside the kernel): OperatorX cannot "
-                          "read or force its routing, so it cannot check or force this case")
+    built.monolithic = bool(getattr(qm, "is_monolithic", False))
+    if built.monolithic and args.routing.distribution != "natural":
+        raise Unsupported(f"forced routing ({args.routing.name}) with {class_name(qm)}, monolithic here: its kernel "
+                          "routes inside, so the router's ids cannot be replaced")
 
     forced = None
     if args.routing.distribution != "natural":

@@ -58,10 +58,13 @@ def gated_activation(h: torch.Tensor, act: Activation) -> torch.Tensor:
 
 
 def _mlp(x_q: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, scheme: str, flavor: str,
-         act: Activation) -> torch.Tensor:
-    h = (x_q @ w1.T).to(torch.bfloat16).float()
-    a = gated_activation(h, act).to(torch.bfloat16)
-    return act_quant_dequant(a, scheme, flavor) @ w2.T
+         act: Activation, b1: Optional[torch.Tensor] = None, b2: Optional[torch.Tensor] = None) -> torch.Tensor:
+    h = x_q @ w1.T
+    if b1 is not None:          # gpt-oss: the bias joins the GEMM's fp32 accumulator, then bf16
+        h = h + b1.float()
+    a = gated_activation(h.to(torch.bfloat16).float(), act).to(torch.bfloat16)
+    y = act_quant_dequant(a, scheme, flavor) @ w2.T
+    return y if b2 is None else y + b2.float()
 
 
 def reference_flavors(scheme: str, shared_scheme: Optional[str]) -> tuple[str, ...]:
@@ -92,13 +95,15 @@ def moe_reference(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, ref
     xq = {f: act_quant_dequant(x, scheme, _own(f, scheme)) for f in flavors}
     out = {f: torch.zeros(rows, x.shape[1], device=x.device, dtype=torch.float32) for f in flavors}
     ids, w = ids[:rows].long(), weights[:rows].float() * routed_scale
+    biases = ref.get("expert_bias")
     for expert in torch.unique(ids).tolist():
         tok, slot = (ids == expert).nonzero(as_tuple=True)
         q1, q2 = ref["experts"][expert]
         w1, w2 = q1.dequant(), q2.dequant()
+        b1, b2 = (None, None) if biases is None else (biases[0][expert], biases[1][expert])
         scale = w[tok, slot].unsqueeze(1)
         for f in flavors:
-            out[f].index_add_(0, tok, _mlp(xq[f][tok], w1, w2, scheme, _own(f, scheme), act) * scale)
+            out[f].index_add_(0, tok, _mlp(xq[f][tok], w1, w2, scheme, _own(f, scheme), act, b1, b2) * scale)
         del w1, w2
     if shared is not None:
         assert shared_scheme is not None

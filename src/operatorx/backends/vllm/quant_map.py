@@ -383,7 +383,13 @@ def gate_wiring(args: MoeArgs) -> Union[GateWiring, str]:
     return GateWiring("qwen2_moe", "ReplicatedLinear", False, False, False, False)
 
 
-def _moe_refusal(args: MoeArgs) -> Optional[str]:
+def _gpt_oss_experts(args: MoeArgs, scheme: str) -> bool:
+    """MXFP4 experts with gpt-oss's interleaved swigluoai: the layer `GptOssMxfp4Config` builds."""
+    act = moe_activation(args.activation)
+    return scheme == "mxfp4_w4a16" and isinstance(act, MoeAct) and act.vllm_name == "swigluoai"
+
+
+def _moe_refusal(args: MoeArgs, biases_wired: bool = False) -> Optional[str]:
     e, r = args.experts, args.router
     if args.out != "bf16":
         return f"out={args.out}: vLLM's FusedMoE returns the model dtype (bf16 here)"
@@ -398,9 +404,9 @@ def _moe_refusal(args: MoeArgs) -> Optional[str]:
     if e.zero:
         return ("zero (identity) experts: vLLM 0.26 has FusedMoE(zero_expert_type=) → ZeroExpertRouter (LongCat); "
                 "not wired in this backend")
-    if e.bias:
-        return ("expert biases: vLLM 0.26 has FusedMoE(has_bias=True) (w13_bias/w2_bias, gpt-oss); this backend "
-                "does not load them yet")
+    if e.bias and not biases_wired:
+        return ("expert biases: vLLM 0.26 has FusedMoE(has_bias=True) (w13_bias/w2_bias); this backend loads them "
+                "with gpt-oss's MXFP4 experts (GptOssMxfp4MoEMethod) only")
     if r.weight_on_input:
         return ("router weight on the input: vLLM 0.26 has FusedMoE(apply_router_weight_on_input=True) (Llama4MoE); "
                 "not wired in this backend")
@@ -463,7 +469,7 @@ def moe_plan(args: MoeArgs) -> Union[Plan, str]:
         elif s.w1.scale is not None and e.w1.scale is not None and s.w1.scale.dtype != e.w1.scale.dtype:
             return (f"shared experts' scales ({s.w1.scale.dtype}) and routed experts' ({e.w1.scale.dtype}) differ: "
                     "one checkpoint stores them alike")
-    why = _moe_refusal(args)
+    why = _moe_refusal(args, biases_wired=_gpt_oss_experts(args, scheme))
     if why:
         return why
     if scheme == "mxfp4_w4a16":
@@ -492,11 +498,13 @@ def _mxfp4_moe_plan(args: MoeArgs, shared_scheme: Optional[Scheme]) -> Union[Pla
     (`expert_dtype` fp4, the default) and every linear layer block FP8 with ue8m0 scales. On sm90
     its backend oracle skips DeepGEMM-FP4 and TRT-LLM (sm100) and picks MARLIN: bf16 activations,
     the fp4 weights dequantized in the kernel, the clamp from the layer's `swiglu_limit`."""
+    if _gpt_oss_experts(args, "mxfp4_w4a16"):
+        return _gpt_oss_plan(args)
     gw = gate_wiring(args)
     if isinstance(gw, str) or gw.style != "deepseek_v4":
-        return ("experts: MXFP4 W4A16 outside a DeepSeek-V4 block: vLLM 0.26 runs it through Marlin under "
-                "Mxfp4Config (gpt-oss) or compressed-tensors; this backend wires only DeepSeek-V4's "
-                "(DeepseekV4FP8Config → Mxfp4MoEMethod)")
+        return ("experts: MXFP4 W4A16 outside a DeepSeek-V4 or gpt-oss block: vLLM 0.26 runs it through Marlin "
+                "under compressed-tensors (CompressedTensorsW4A4Mxfp4MoEMethod); this backend wires DeepSeek-V4's "
+                "(DeepseekV4FP8Config → Mxfp4MoEMethod) and gpt-oss's (GptOssMxfp4Config) only")
     if shared_scheme == "bf16":
         return ("shared experts in bf16 beside MXFP4 routed experts: DeepSeek-V4's config quantizes every "
                 "linear layer to block FP8; no vLLM 0.26 FP4-expert block leaves its shared MLP unquantized")
@@ -511,3 +519,25 @@ def _mxfp4_moe_plan(args: MoeArgs, shared_scheme: Optional[Scheme]) -> Union[Pla
         notes += ("shared MLP block FP8 under the same config, scales stored as ue8m0 (float8_e8m0fnu)",)
     return Plan("mxfp4_w4a16", _DSV4_CONFIG, "DeepseekV4FP8Config → Mxfp4MoEMethod → MARLIN (MarlinExperts)",
                 notes, weight_scale_dtype="ue8m0", shared_scheme=shared_scheme)
+
+
+_GPT_OSS_CONFIG = QuantConfigSpec(f"{_QUANT}.mxfp4", "GptOssMxfp4Config", {"quant_method": "mxfp4"})
+
+
+def _gpt_oss_plan(args: MoeArgs) -> Union[Plan, str]:
+    """gpt-oss's MXFP4 experts: `GptOssMxfp4Config` (the checkpoint's `quant_method: mxfp4` with
+    `model_type: gpt_oss`) → `GptOssMxfp4MoEMethod`, whose quant config fixes swigluoai at alpha
+    1.702, limit 7 (moe_activation admits only those), with bf16 expert biases. On sm90 its
+    backend oracle picks TRITON: OpenAI's triton_kernels (vendored in vLLM) as a monolithic
+    kernel that routes inside (softmax top-k, renormalized)."""
+    if args.routing.distribution != "natural":
+        return (f"forced routing ({args.routing.name}) on gpt-oss's MXFP4 experts: on sm90 vLLM 0.26 runs them in "
+                "OAITritonMxfp4ExpertsMonolithic, which routes inside its kernel, so the ids cannot be replaced")
+    if not args.router.renormalize or args.router.scoring != "softmax":
+        return ("gpt-oss's MXFP4 experts with a router other than softmax top-k renormalized: the monolithic "
+                "triton_kernels MoE routes Renormalize only")
+    notes = ("routed experts MXFP4 (e2m1, ue8m0 per 1x32) with bf16 biases, bf16 activations; the monolithic "
+             "kernel routes inside: the check takes the routing from vLLM's router on the same logits and "
+             "leaves out rows whose top-k ends in a tie",)
+    return Plan("mxfp4_w4a16", _GPT_OSS_CONFIG, "GptOssMxfp4Config → GptOssMxfp4MoEMethod → TRITON "
+                "(OAITritonMxfp4ExpertsMonolithic)", notes)
