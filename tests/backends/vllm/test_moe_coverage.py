@@ -161,6 +161,7 @@ def test_deepseek_v4_mxfp4_experts_plan_under_its_own_config(style: str) -> None
     ({"style": "dsv4", "shared_bf16": True}, "shared experts in bf16 beside MXFP4"),
     ({"style": "dsv4", "shared_as": "fp8_block"}, "store their FP8 scales as ue8m0"),
     ({"style": "dsv4", "shared_as": "mxfp8"}, "shared experts: MXFP8"),
+    ({"style": "dsv4", "shared": False, "hidden": 384}, "pads hidden to a multiple of 256"),
 ])
 def test_mxfp4_experts_refusals_name_the_piece(kw: dict[str, Any], words: str) -> None:
     why = _plan("mxfp4_w4a16", activation=_V4_ACT, **kw)

@@ -142,6 +142,10 @@ def pair_scheme(a: Operand, w: Operand, what: str) -> Union[Scheme, str]:
         if a.dtype == "bf16" and a.arrives_as(activation=True) == "bf16" and _mxfp4_weights(w):
             return "mxfp4_w4a16"
         return f"{what}: {_fp4_reason(a, w)}"
+    if w.dtype == "int4" and a.dtype == "bf16":
+        return (f"{what}: INT4 W4A16 ({w.scheme_name()}) runs in vLLM 0.26 on sm90 through compressed-tensors "
+                "pack-quantized → CompressedTensorsWNA16MarlinMoEMethod (Marlin); this backend does not load that "
+                "packed layout yet")
     if w.dtype in ("int4", "int8") or a.dtype in ("int4", "int8"):
         return (f"{what}: integer schemes ({a.scheme_name()} × {w.scheme_name()}) run in vLLM through "
                 "GPTQ/AWQ/compressed-tensors checkpoints, not wired in this backend")
@@ -508,6 +512,10 @@ def _mxfp4_moe_plan(args: MoeArgs, shared_scheme: Optional[Scheme]) -> Union[Pla
     if shared_scheme == "bf16":
         return ("shared experts in bf16 beside MXFP4 routed experts: DeepSeek-V4's config quantizes every "
                 "linear layer to block FP8; no vLLM 0.26 FP4-expert block leaves its shared MLP unquantized")
+    if args.hidden % 256:
+        return (f"hidden {args.hidden} with MXFP4 experts on Marlin: vLLM 0.26 pads hidden to a multiple of 256 "
+                "and then calls the runner-held gate on the padded input, a shape error inside vLLM (seen on the "
+                "H200: 'mat1 and mat2 shapes cannot be multiplied')")
     shared = args.shared
     if shared is not None and shared.w1.scale is not None and shared.w1.scale.dtype != "ue8m0":
         return (f"shared experts' block scales in {shared.w1.scale.dtype}: DeepSeek-V4's FP4-expert checkpoints "
