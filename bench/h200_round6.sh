@@ -54,7 +54,7 @@ case "${1:-speed}" in
     grep -v "Warning\|warn" "$OUT/release.txt" | tail -12 ;;
   moe)
     echo "== moe_small through vLLM"
-    timeout 300 python3 -m operatorx run -t moe_small --backend vllm --db /tmp/moe.db --results-dir /tmp/moe-res \
+    timeout 540 python3 -m operatorx run -t moe_small --backend vllm --db /tmp/moe.db --results-dir /tmp/moe-res \
       > "$OUT/moe.txt" 2>&1
     tail -3 "$OUT/moe.txt"
     python3 -m operatorx results export latest --db /tmp/moe.db --format csv -o "$OUT/moe_small_vllm.csv"
