@@ -29,6 +29,7 @@ SCHEMES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "fp8_token_tensor": (fp8("fp32", False, [1, -1]), fp8("fp32", True, [-1, -1])),
     "mxfp8": (fp8("ue8m0", False, [1, 32]), fp8("ue8m0", True, [1, 32])),
     "mxfp4_w4a16": (BF16, {"dtype": "e2m1", "scale": scale("ue8m0", True, [1, 32])}),
+    "int4_w4a16": (BF16, {"dtype": "int4", "scale": scale("bf16", True, [1, 32])}),
     "nvfp4": ({"dtype": "e2m1", "scale": scale("e4m3", False, [1, 16]), "scale2": scale("fp32", True, [-1, -1])},
               {"dtype": "e2m1", "scale": scale("e4m3", True, [1, 16]), "scale2": scale("fp32", True, [-1, -1])}),
 }

@@ -252,3 +252,13 @@ def test_moe_gpt_oss_mxfp4_experts(backends, tokens: int) -> None:
     assert ("monolithic" in check.reference) is bool(experts["is_monolithic"]), check.reference
     # bf16 logits over 32 experts tie at the top-k boundary now and then (3 of 64 rows on the H200)
     assert check.rows_checked >= 0.75 * min(tokens, 64), check.reference
+
+
+@pytest.mark.parametrize("tokens", [1, 64, 700])
+def test_moe_int4_experts_beside_a_bf16_shared_mlp(backends, tokens: int) -> None:
+    """Kimi-K2.5's INT4 experts: compressed-tensors pack-quantized → CompressedTensorsWNA16MarlinMoEMethod."""
+    case = moe_case("int4_w4a16", style="deepseek", tokens=tokens, shared_bf16=True, hidden=512, inter=256)
+    prepared, check = _run(backends[1], case)
+    assert prepared is not None, check
+    assert check.ok, check.to_json()
+    assert prepared.metadata["experts"]["quant_method"] == "CompressedTensorsWNA16MarlinMoEMethod"

@@ -209,6 +209,36 @@ def test_reference_adds_expert_biases_inside_each_expert() -> None:
     assert float((plain - out).abs().max()) > 0.1          # the biases change the result
 
 
+def test_int4_experts_plan_as_kimi_k25_ships_them() -> None:
+    plan = _plan("int4_w4a16", style="deepseek", shared_bf16=True)
+    assert isinstance(plan, qm.Plan) and (plan.scheme, plan.shared_scheme) == ("int4_w4a16", "bf16"), plan
+    assert plan.quant is not None and plan.quant.cls == "CompressedTensorsConfig"
+    weights = plan.quant.config["config_groups"]["group_0"]["weights"]
+    assert (weights["type"], weights["num_bits"], weights["group_size"]) == ("int", 4, 32)
+    why = _plan("int4_w4a16", style="deepseek")              # an INT4 shared MLP: not wired
+    assert isinstance(why, str) and "INT4 shared expert" in why, why
+    small = _plan("int4_w4a16", style="deepseek", shared_bf16=True, hidden=320)
+    assert isinstance(small, str) and "Marlin MoE tiles" in small, small
+
+
+def test_int4_marlin_tensors_transpose_each_matrix() -> None:
+    from operatorx.backends.vllm.moe_build import int4_marlin_tensors
+
+    gen = torch.Generator().manual_seed(6)
+    h, inter = 64, 32
+    per = [(quantize_matrix(torch.randn(2 * inter, h, generator=gen), "int4_w4a16"),
+            quantize_matrix(torch.randn(h, inter, generator=gen), "int4_w4a16")) for _ in range(3)]
+    t = int4_marlin_tensors(per, h, inter)
+    assert tuple(t["w13_weight_packed"].shape) == (3, h // 8, 2 * inter)
+    assert tuple(t["w2_weight_packed"].shape) == (3, inter // 8, h)
+    assert tuple(t["w13_weight_scale"].shape) == (3, h // 32, 2 * inter)
+    assert t["w13_weight_scale"].dtype == torch.bfloat16
+    assert torch.equal(t["w2_weight_packed"][1], per[1][1].q.T)
+    assert t["w13_weight_shape"][0].tolist() == [2 * inter, h] and t["w2_weight_shape"][2].tolist() == [h, inter]
+    assert t["w13_weight_g_idx"][0].tolist() == [k // 32 for k in range(h)]
+    assert t["w2_g_idx_sort_indices"][0].tolist() == list(range(inter))
+
+
 def test_mxfp4_weights_with_fp4_activations_still_name_the_missing_mma() -> None:
     a, w = SCHEMES["mxfp4_w4a16"]
     fp4_act = {"dtype": "e2m1", "scale": {"dtype": "ue8m0", "static": False, "group": [1, 32]}}

@@ -310,6 +310,8 @@ def load_block(block: MoeBlock, args: MoeArgs, scheme: str, gen: torch.Generator
     load_params(block.gate, gate_tensors, "gate")
     re = cast(nn.Module, block.experts.routed_experts)    # FusedMoE's RoutedExperts (vLLM is untyped here)
     tensors, per_expert = expert_tensors(args, scheme, gen, scale_dtype)
+    if scheme == "int4_w4a16":
+        tensors = int4_marlin_tensors(per_expert, h, e.inter)
     expert_bias = None
     if e.bias:      # gpt-oss: bf16 biases after each expert GEMM (FusedMoE(has_bias=True))
         expert_bias = (0.1 * torch.randn(e.num, 2 * e.inter, generator=gen, device="cuda", dtype=torch.bfloat16),
@@ -333,6 +335,35 @@ def load_block(block: MoeBlock, args: MoeArgs, scheme: str, gen: torch.Generator
         ref["shared"] = (q1, q2, sgate)
         ref["shared_scheme"] = shared_scheme or scheme
     return ref
+
+
+def int4_marlin_tensors(per_expert: list[tuple[QuantMatrix, QuantMatrix]], hidden: int, inter: int
+                        ) -> dict[str, torch.Tensor]:
+    """compressed-tensors INT4 experts as `CompressedTensorsWNA16MarlinMoEMethod` holds them after its
+    weight loader: each packed [N, K/8] and scale [N, K/32] transposed, the (N, K) shapes, and, with
+    no activation ordering, the identity group index and sort order along K."""
+    def stack(fn: Any) -> torch.Tensor:
+        return torch.stack([fn(a, b) for a, b in per_expert])
+
+    device = per_expert[0][0].q.device
+
+    def along(k: int) -> torch.Tensor:
+        return torch.arange(k, dtype=torch.int32, device=device).expand(len(per_expert), k).contiguous()
+
+    def groups(k: int) -> torch.Tensor:
+        return (along(k) // 32).to(torch.int32)
+
+    n_experts = len(per_expert)
+    return {
+        "w13_weight_packed": stack(lambda a, b: a.q.T.contiguous()),
+        "w2_weight_packed": stack(lambda a, b: b.q.T.contiguous()),
+        "w13_weight_scale": stack(lambda a, b: a.scale.T.contiguous()),
+        "w2_weight_scale": stack(lambda a, b: b.scale.T.contiguous()),
+        "w13_weight_shape": torch.tensor([[2 * inter, hidden]] * n_experts, dtype=torch.float32, device=device),
+        "w2_weight_shape": torch.tensor([[hidden, inter]] * n_experts, dtype=torch.float32, device=device),
+        "w13_weight_g_idx": groups(hidden), "w2_weight_g_idx": groups(inter),
+        "w13_g_idx_sort_indices": along(hidden), "w2_g_idx_sort_indices": along(inter),
+    }
 
 
 def pad_to_params(tensors: dict[str, torch.Tensor], params: dict[str, nn.Parameter]) -> dict[str, torch.Tensor]:

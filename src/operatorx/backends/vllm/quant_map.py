@@ -22,9 +22,10 @@ __all__ = ["QuantConfigSpec", "Plan", "Scheme", "pair_scheme", "gemm_plan", "moe
            "capture_sizes", "MAX_CAPTURE_SIZE", "MoeAct", "moe_activation", "GateWiring", "gate_wiring",
            "SWIGLUOAI_KERNEL_DEFAULTS"]
 
-Scheme = Literal["bf16", "fp8_tensor_static", "fp8_token_tensor", "fp8_token_channel", "fp8_block", "mxfp4_w4a16"]
+Scheme = Literal["bf16", "fp8_tensor_static", "fp8_token_tensor", "fp8_token_channel", "fp8_block", "mxfp4_w4a16",
+                 "int4_w4a16"]
 _GEMM_SCHEMES = ("bf16", "fp8_tensor_static", "fp8_token_tensor", "fp8_token_channel", "fp8_block")
-_MOE_SCHEMES = _GEMM_SCHEMES + ("mxfp4_w4a16",)
+_MOE_SCHEMES = _GEMM_SCHEMES + ("mxfp4_w4a16", "int4_w4a16")
 
 _QUANT = "vllm.model_executor.layers.quantization"
 
@@ -142,6 +143,10 @@ def pair_scheme(a: Operand, w: Operand, what: str) -> Union[Scheme, str]:
         if a.dtype == "bf16" and a.arrives_as(activation=True) == "bf16" and _mxfp4_weights(w):
             return "mxfp4_w4a16"
         return f"{what}: {_fp4_reason(a, w)}"
+    if (w.dtype == "int4" and a.dtype == "bf16" and a.arrives_as(activation=True) == "bf16" and w.scale2 is None
+            and w.scale is not None and w.scale.static and w.scale.dtype == "bf16"
+            and w.scale.oriented(weight=True) == (1, 32)):
+        return "int4_w4a16"
     if w.dtype == "int4" and a.dtype == "bf16":
         return (f"{what}: INT4 W4A16 ({w.scheme_name()}) runs in vLLM 0.26 on sm90 through compressed-tensors "
                 "pack-quantized → CompressedTensorsWNA16MarlinMoEMethod (Marlin); this backend does not load that "
@@ -260,6 +265,9 @@ def gemm_plan(args: GemmArgs) -> Union[Plan, str]:
     scheme = pair_scheme(args.a, args.b, "gemm")
     if scheme == "mxfp4_w4a16":
         return f"gemm: {_fp4_reason(args.a, args.b)}"
+    if scheme == "int4_w4a16":
+        return ("gemm: INT4 W4A16 linear layers run in vLLM through compressed-tensors (Marlin); this backend loads "
+                "packed INT4 for MoE experts only")
     if scheme not in _GEMM_SCHEMES:
         return scheme
     if args.bias and scheme != "bf16" and args.bias not in (True, "bf16"):
@@ -478,6 +486,8 @@ def moe_plan(args: MoeArgs) -> Union[Plan, str]:
         return why
     if scheme == "mxfp4_w4a16":
         return _mxfp4_moe_plan(args, shared_scheme)
+    if scheme == "int4_w4a16":
+        return _int4_moe_plan(args, shared_scheme)
     plan = _with_scale_dtype(_plan(cast(Scheme, scheme), "moe"), e.w1)
     act = moe_activation(args.activation)
     assert isinstance(act, MoeAct)
@@ -549,3 +559,29 @@ def _gpt_oss_plan(args: MoeArgs) -> Union[Plan, str]:
              "leaves out rows whose top-k ends in a tie",)
     return Plan("mxfp4_w4a16", _GPT_OSS_CONFIG, "GptOssMxfp4Config → GptOssMxfp4MoEMethod → TRITON "
                 "(OAITritonMxfp4ExpertsMonolithic)", notes)
+
+
+def _int4_moe_config() -> QuantConfigSpec:
+    weights = {"num_bits": 4, "type": "int", "symmetric": True, "strategy": "group", "group_size": 32,
+               "dynamic": False, "actorder": None}
+    cfg = {"quant_method": "compressed-tensors", "format": "pack-quantized",
+           "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights, "input_activations": None}}}
+    return QuantConfigSpec(_CT, "CompressedTensorsConfig", cfg, requires=("compressed_tensors",))
+
+
+def _int4_moe_plan(args: MoeArgs, shared_scheme: Optional[Scheme]) -> Union[Plan, str]:
+    """INT4 W4A16 experts as Kimi-K2.5 ships them: compressed-tensors `pack-quantized`, symmetric
+    groups of 32 along K, bf16 scales → `CompressedTensorsWNA16MarlinMoEMethod` (Marlin on sm90),
+    whose parameters hold each matrix transposed ([K/8, N] packed, [K/32, N] scales)."""
+    if args.hidden % 128 or args.experts.inter % 64:
+        return (f"INT4 experts with hidden {args.hidden}, intermediate {args.experts.inter}: vLLM 0.26's Marlin MoE "
+                "tiles need hidden x128 and intermediate x64 here; below that compressed-tensors picks its Triton "
+                "WNA16 method, not wired in this backend")
+    if shared_scheme is None and args.shared is not None:
+        return ("an INT4 shared expert: Kimi-K2.5's checkpoint leaves its shared MLP in bf16; an INT4 shared MLP "
+                "(a compressed-tensors WNA16 linear) is not wired in this backend")
+    notes: tuple[str, ...] = ("routed experts INT4 (symmetric, bf16 scale per 1x32 along K), bf16 activations",)
+    if shared_scheme == "bf16":
+        notes += ("shared MLP in bf16, as the checkpoint's ignore list leaves it",)
+    return Plan("int4_w4a16", _int4_moe_config(), "CompressedTensorsWNA16MarlinMoEMethod → MarlinExperts", notes,
+                shared_scheme=shared_scheme)

@@ -27,6 +27,7 @@ ACT_FLAVORS: dict[str, tuple[str, ...]] = {
     "fp8_token_tensor": ("fp32",),
     "fp8_tensor_static": ("static",),
     "mxfp4_w4a16": ("none",),
+    "int4_w4a16": ("none",),
 }
 
 

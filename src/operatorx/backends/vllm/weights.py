@@ -9,6 +9,8 @@ One matrix [N, K] is quantized as the scheme's checkpoint stores it (the names a
 - fp8_token_channel: e4m3 `weight` + fp32 `weight_scale` [N] (one per output row);
 - mxfp4_w4a16: packed e2m1 `weight` [N, K/2] uint8 + ue8m0 `weight_scale` [N, K/32] uint8
   (backends/packed4.py), as DeepSeek-V4's MXFP4 experts load into vLLM's `Mxfp4MoEMethod`.
+- int4_w4a16: compressed-tensors `pack-quantized` INT4, `weight_packed` [N, K/8] int32 + bf16
+  `weight_scale` [N, K/32] (Kimi-K2.5's experts); vLLM's Marlin method holds them transposed.
   Block FP8 scales may also be stored as ue8m0 (`float8_e8m0fnu`), as DeepSeek-V4's FP8 layers are.
 
 `load_params` copies tensors into a module's own parameters by name, and fails naming both
@@ -23,7 +25,14 @@ from typing import Optional
 
 import torch
 
-from operatorx.backends.packed4 import MxFp4, dequantize_mxfp4, quantize_mxfp4
+from operatorx.backends.packed4 import (
+    Int4Packed,
+    MxFp4,
+    dequantize_int4,
+    dequantize_mxfp4,
+    quantize_int4,
+    quantize_mxfp4,
+)
 from operatorx.backends.torch.quant import FP8_MAX, dequantize, quantize
 from operatorx.spec.operand import Scale
 
@@ -58,6 +67,9 @@ class QuantMatrix:
         if self.scheme == "mxfp4_w4a16":
             full = dequantize_mxfp4(MxFp4(self.q, self.scale))
             return full if rows is None else full[rows]
+        if self.scheme == "int4_w4a16":
+            full = dequantize_int4(Int4Packed(self.q, self.scale))
+            return full if rows is None else full[rows]
         if self.scheme == "fp8_block":
             full = dequantize(self.q, self.scale.float(), (128, 128))
             return full if rows is None else full[rows]
@@ -81,6 +93,9 @@ def quantize_matrix(w: torch.Tensor, scheme: str, shards: Optional[tuple[int, ..
     if scheme == "mxfp4_w4a16":
         m = quantize_mxfp4(w)
         return QuantMatrix(m.packed, m.scales, scheme, shards)
+    if scheme == "int4_w4a16":      # scales in bf16, as compressed-tensors checkpoints store them (exact)
+        p = quantize_int4(w)
+        return QuantMatrix(p.packed, p.scales.to(torch.bfloat16), scheme, shards)
     if scheme == "fp8_block":
         q, s = quantize(w, "e4m3", _BLOCK, weight=True)
         if scale_dtype in _SCALE_DTYPES:
