@@ -165,9 +165,9 @@ def pair_scheme(a: Operand, w: Operand, what: str) -> Union[Scheme, str]:
                 "bf16 and quantize it inside the layer")
     r_c = w.scale.oriented(weight=True)
     if _weight_kind(w) is None and r_c[0] > 1 and r_c[1] > 1:
-        return (f"{what}: {r_c[0]}x{r_c[1]} block weight scales: vLLM 0.26's block-FP8 MoE method takes 128x128 "
-                "blocks only (kFp8Static128BlockSym), no vLLM 0.26 model loads other blocks (DeepSeek-V4.1's 32x32 "
-                "has no deepseek_v41 model there), and this backend builds 128x128 blocks only")
+        return (f"{what}: {r_c[0]}x{r_c[1]} block weight scales (DeepSeek-V4.1's FP8 layers use 32x32): vLLM 0.26 has "
+                "no deepseek_v41 model to load such a checkpoint, its block-FP8 MoE method takes 128x128 blocks only "
+                "(kFp8Static128BlockSym), and this backend builds 128x128 blocks only")
     if (1, 32) in (tuple(a.scale.group), tuple(w.scale.group)):
         return (f"{what}: MXFP8 ({w.scheme_name()}): on sm90 vLLM 0.26 picks MarlinMxfp8LinearKernel / "
                 "MarlinExperts (weight-only, bf16 activations) or emulation; the FlashInfer MXFP8 kernels need sm100")
