@@ -180,10 +180,16 @@ def test_gpt_oss_mxfp4_experts_plan_with_biases_under_its_config() -> None:
 
 @pytest.mark.parametrize("kw,words", [
     ({"routing": {"distribution": "balanced", "seed": 0}}, "routes inside its kernel"),
+    ({"style": "deepseek"}, "ignores expert groups and a routed scale"),     # grouped top-k, scale 2.5
     ({"style": "qwen"}, "no vLLM model has an interleaved shared expert"),
 ])
 def test_gpt_oss_mxfp4_refusals(kw: dict[str, Any], words: str) -> None:
     kw = {"style": "gpt_oss", "shared": False, **kw}
+    if kw["style"] == "deepseek":       # its router (grouped, scaled) on a gpt-oss layer, no shared expert
+        case = moe_case("mxfp4_w4a16", activation=OAI, expert_bias=True, **kw)
+        why = qm.moe_plan(_args(case))
+        assert isinstance(why, str) and words in why, why
+        return
     if kw["style"] == "qwen":
         kw["shared"] = True
     why = _plan("mxfp4_w4a16", activation=OAI, expert_bias=True, **kw)
@@ -218,7 +224,9 @@ def test_int4_experts_plan_as_kimi_k25_ships_them() -> None:
     why = _plan("int4_w4a16", style="deepseek")              # an INT4 shared MLP: not wired
     assert isinstance(why, str) and "INT4 shared expert" in why, why
     small = _plan("int4_w4a16", style="deepseek", shared_bf16=True, hidden=320)
-    assert isinstance(small, str) and "Marlin MoE tiles" in small, small
+    assert isinstance(small, str) and "needs hidden x128" in small, small
+    # Marlin pads the intermediate size itself (inside its weight prep): the group's x32 is enough
+    assert isinstance(_plan("int4_w4a16", style="deepseek", shared_bf16=True, inter=96), qm.Plan)
 
 
 def test_int4_marlin_tensors_transpose_each_matrix() -> None:
@@ -283,6 +291,34 @@ def test_pad_to_params_places_each_w13_half_and_w2_as_the_loader_does() -> None:
     assert torch.equal(out["w2_weight"][:, :h, :inter], w2) and float(out["w2_weight"].sum()) == float(w2.sum())
     same = pad_to_params({"w2_weight": torch.ones(e, h_p, inter_p)}, params)
     assert same["w2_weight"] is not None and tuple(same["w2_weight"].shape) == (e, h_p, inter_p)
+
+
+def test_pad_to_params_keeps_an_interleaved_w13_in_its_leading_rows() -> None:
+    """gpt-oss's loader copies the interleaved w13 (and its bias) into param[:, :rows]: splitting it
+    in halves would move neurons past the first half away from their w2 columns."""
+    from operatorx.backends.vllm.moe_build import pad_to_params
+
+    w13 = torch.arange(2 * 6 * 4, dtype=torch.float32).reshape(2, 6, 4) + 1
+    b13 = torch.arange(2 * 6, dtype=torch.float32).reshape(2, 6) + 1
+    params = {"w13_weight": torch.nn.Parameter(torch.empty(2, 8, 4), requires_grad=False),
+              "w13_bias": torch.nn.Parameter(torch.empty(2, 8), requires_grad=False)}
+    out = pad_to_params({"w13_weight": w13, "w13_bias": b13}, params, interleaved_w13=True)
+    assert torch.equal(out["w13_weight"][:, :6], w13) and float(out["w13_weight"][:, 6:].abs().sum()) == 0.0
+    assert torch.equal(out["w13_bias"][:, :6], b13) and float(out["w13_bias"][:, 6:].abs().sum()) == 0.0
+    halves = pad_to_params({"w13_bias": b13}, params)          # gate/up halves: each at the top of its half
+    assert torch.equal(halves["w13_bias"][:, :3], b13[:, :3]) and torch.equal(halves["w13_bias"][:, 4:7], b13[:, 3:])
+
+
+def test_untied_check_rows_searches_every_token_and_counts_the_tied_ones() -> None:
+    from operatorx.backends.vllm.moe import untied_check_rows
+
+    untied = torch.tensor([False, True, True, False, True])
+    picked, skipped = untied_check_rows(untied, 2)
+    assert picked.tolist() == [1, 2] and skipped == 1
+    picked, skipped = untied_check_rows(untied, 64)
+    assert picked.tolist() == [1, 2, 4] and skipped == 2
+    none, _ = untied_check_rows(torch.tensor([False, False]), 64)
+    assert none.numel() == 0            # the check then says nothing was compared (Check.not_checked)
 
 
 def test_reference_of_mxfp4_experts_beside_a_block_fp8_shared_mlp() -> None:

@@ -73,10 +73,14 @@ def _prepared(args: MoeArgs, plan: quant_map.Plan, built: Any, stack: ExitStack)
         seen = b.run_recorded()                     # eager, recording the routing it takes
         out = fn()                                  # what is timed (graph replay when captured)
         rows = min(args.tokens, CHECK_ROWS)
-        keep = _untied_rows(b, rows, args.experts.top_k) if b.monolithic else None
-        if keep is not None:        # the kernel routed inside: compare where the router's choice is unambiguous
-            seen = {k: v[:rows][keep] for k, v in seen.items()}
-            x, out, rows = b.x[:rows][keep], out[:rows][keep], int(keep.sum())
+        skipped = None
+        if b.monolithic:            # the kernel routed inside: compare where the router's choice is unambiguous
+            picked, skipped = untied_check_rows(_untied_rows(b, args.experts.top_k), CHECK_ROWS)
+            if picked.numel() == 0:
+                return Check.not_checked(f"every one of the {args.tokens} token(s) has a top-{args.experts.top_k} "
+                                         "that ends in a tie, so the monolithic kernel's routing is not known here")
+            seen = {k: v[picked] for k, v in seen.items()}
+            x, out, rows = b.x[picked], out[picked], int(picked.numel())
         else:
             x = b.x[:rows]
         r = args.router
@@ -111,9 +115,9 @@ def _prepared(args: MoeArgs, plan: quant_map.Plan, built: Any, stack: ExitStack)
             text += "; activation " + ", ".join(f"{k}={v}" for k, v in act.items()) + " computed in the reference"
         if b.graph is not None:
             text += "; output of the CUDA-graph replay"
-        if keep is not None:
+        if skipped is not None:
             text += (f"; monolithic experts kernel (routes inside): routing from vLLM's router on the same logits, "
-                     f"{int((~keep).sum())} row(s) whose top-{args.experts.top_k} ends in a tie left out")
+                     f"{skipped} row(s) whose top-{args.experts.top_k} ends in a tie left out")
         return Check(worst, bound, rows, text)
 
     layers = _layers(built)
@@ -135,16 +139,25 @@ def _prepared(args: MoeArgs, plan: quant_map.Plan, built: Any, stack: ExitStack)
                     min_bytes=args.min_bytes(experts_hit=built.metadata["experts_hit"]), layers=layers)
 
 
-def _untied_rows(built: Any, rows: int, top_k: int) -> Any:
-    """Rows whose k-th and (k+1)-th largest logits differ: where a monolithic kernel and vLLM's router
-    must agree on the experts (on an exact tie each may keep either)."""
+def _untied_rows(built: Any, top_k: int) -> Any:
+    """Per token: its k-th and (k+1)-th largest logits differ, so a monolithic kernel and vLLM's router
+    must agree on its experts (on an exact tie each may keep either)."""
     import torch
 
     with torch.no_grad():
-        top = built.logits()[:rows].float().topk(min(top_k + 1, built.logits().shape[-1]), dim=-1).values
-    if top.shape[-1] <= top_k:
-        return torch.ones(rows, dtype=torch.bool, device=top.device)
+        logits = built.logits().float()
+    if logits.shape[-1] <= top_k:
+        return torch.ones(logits.shape[0], dtype=torch.bool, device=logits.device)
+    top = logits.topk(top_k + 1, dim=-1).values
     return top[:, top_k - 1] != top[:, top_k]
+
+
+def untied_check_rows(untied: Any, limit: int) -> tuple[Any, int]:
+    """The first `limit` untied tokens (searched over all of them, so a tie among the first rows does
+    not shrink the check), and how many tied tokens were passed over before the last one taken."""
+    picked = untied.nonzero().flatten()[:limit]
+    skipped = 0 if picked.numel() == 0 else int(picked[-1]) + 1 - int(picked.numel())
+    return picked, skipped
 
 
 def _let_go(built: Any, layers: dict[str, Any]) -> None:

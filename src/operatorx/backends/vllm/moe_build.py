@@ -317,7 +317,8 @@ def load_block(block: MoeBlock, args: MoeArgs, scheme: str, gen: torch.Generator
         expert_bias = (0.1 * torch.randn(e.num, 2 * e.inter, generator=gen, device="cuda", dtype=torch.bfloat16),
                        0.1 * torch.randn(e.num, h, generator=gen, device="cuda", dtype=torch.bfloat16))
         tensors["w13_bias"], tensors["w2_bias"] = expert_bias
-    tensors = pad_to_params(tensors, dict(re.named_parameters(recurse=False)))
+    tensors = pad_to_params(tensors, dict(re.named_parameters(recurse=False)),
+                            interleaved_w13=bool(args.activation.interleaved))
     if bias is not None and "e_score_correction_bias" in dict(re.named_parameters(recurse=False)):
         # vLLM 0.26's routed experts register the gate's correction bias as their own parameter too
         tensors["e_score_correction_bias"] = bias
@@ -366,11 +367,13 @@ def int4_marlin_tensors(per_expert: list[tuple[QuantMatrix, QuantMatrix]], hidde
     }
 
 
-def pad_to_params(tensors: dict[str, torch.Tensor], params: dict[str, nn.Parameter]) -> dict[str, torch.Tensor]:
+def pad_to_params(tensors: dict[str, torch.Tensor], params: dict[str, nn.Parameter],
+                  interleaved_w13: bool = False) -> dict[str, torch.Tensor]:
     """Zero-pad expert tensors into parameters that vLLM rounded up (MXFP4 on Marlin: intermediate to
-    x128, hidden to x256), as its weight loader places them: each w13 half (gate rows, then up rows)
-    at the top of its padded half, w2 (and the biases) in the leading rows and columns. Zero fp4
-    codes read 0 whatever their (zero) scale."""
+    x128, hidden to x256; gpt-oss on triton_kernels: intermediate to x64), as its weight loader places
+    them: each w13 half (gate rows, then up rows) at the top of its padded half; an interleaved w13
+    (gpt-oss, whose loader copies into `param[:, :rows, :cols]`), w2 and the biases in the leading
+    rows and columns. Zero fp4 codes read 0 whatever their (zero) scale."""
     out = dict(tensors)
     for name, t in tensors.items():
         p = params.get(name)
@@ -380,7 +383,7 @@ def pad_to_params(tensors: dict[str, torch.Tensor], params: dict[str, nn.Paramet
             continue                    # load_params names the mismatch
         padded = torch.zeros(tuple(p.shape), dtype=t.dtype, device=t.device)
         rest = tuple(slice(0, n) for n in t.shape[2:])
-        if name.startswith("w13_"):
+        if name.startswith("w13_") and not interleaved_w13:
             half, half_p = t.shape[1] // 2, p.shape[1] // 2
             padded[(slice(None), slice(0, half)) + rest] = t[:, :half]
             padded[(slice(None), slice(half_p, half_p + half)) + rest] = t[:, half:]

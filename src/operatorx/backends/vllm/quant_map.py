@@ -551,9 +551,12 @@ def _gpt_oss_plan(args: MoeArgs) -> Union[Plan, str]:
     if args.routing.distribution != "natural":
         return (f"forced routing ({args.routing.name}) on gpt-oss's MXFP4 experts: on sm90 vLLM 0.26 runs them in "
                 "OAITritonMxfp4ExpertsMonolithic, which routes inside its kernel, so the ids cannot be replaced")
-    if not args.router.renormalize or args.router.scoring != "softmax":
-        return ("gpt-oss's MXFP4 experts with a router other than softmax top-k renormalized: the monolithic "
-                "triton_kernels MoE routes Renormalize only")
+    r = args.router
+    if not r.renormalize or r.scoring != "softmax" or isinstance(r.select, GroupedTopK) \
+            or (r.scale is not None and r.scale != 1.0):
+        return ("gpt-oss's MXFP4 experts with a router other than plain softmax top-k, renormalized, unscaled: "
+                "the monolithic triton_kernels MoE routes that way only (it ignores expert groups and a routed "
+                "scale)")
     notes = ("routed experts MXFP4 (e2m1, ue8m0 per 1x32) with bf16 biases, bf16 activations; the monolithic "
              "kernel routes inside: the check takes the routing from vLLM's router on the same logits and "
              "leaves out rows whose top-k ends in a tie",)
@@ -573,10 +576,10 @@ def _int4_moe_plan(args: MoeArgs, shared_scheme: Optional[Scheme]) -> Union[Plan
     """INT4 W4A16 experts as Kimi-K2.5 ships them: compressed-tensors `pack-quantized`, symmetric
     groups of 32 along K, bf16 scales → `CompressedTensorsWNA16MarlinMoEMethod` (Marlin on sm90),
     whose parameters hold each matrix transposed ([K/8, N] packed, [K/32, N] scales)."""
-    if args.hidden % 128 or args.experts.inter % 64:
-        return (f"INT4 experts with hidden {args.hidden}, intermediate {args.experts.inter}: vLLM 0.26's Marlin MoE "
-                "tiles need hidden x128 and intermediate x64 here; below that compressed-tensors picks its Triton "
-                "WNA16 method, not wired in this backend")
+    if args.hidden % 128:       # the intermediate size is a multiple of the group (32): the case format checks
+        return (f"INT4 experts with hidden {args.hidden}: vLLM 0.26's Marlin MoE needs hidden x128 "
+                "(check_moe_marlin_supports_layer), else compressed-tensors picks its Triton WNA16 method, not "
+                "wired in this backend")
     if shared_scheme is None and args.shared is not None:
         return ("an INT4 shared expert: Kimi-K2.5's checkpoint leaves its shared MLP in bf16; an INT4 shared MLP "
                 "(a compressed-tensors WNA16 linear) is not wired in this backend")
