@@ -31,7 +31,7 @@ case "${1:-speed}" in
     grep -E "passed|failed|FAILED|ERROR|XPASS" "$OUT/tests.txt" | tail -15
     echo "== sweep"
     timeout 300 python3 bench/sweep_scaling.py --testlist gemm --limit "${LIMIT:-1000}" --gpus 0 \
-      --db /tmp/speed.db --json "$OUT/speed.json" 2>&1 | tail -30
+      --db /tmp/speed.db --json "$OUT/speed.json" --cases-csv "$OUT/cases.csv" 2>&1 | tail -30
     cp /tmp/speed.db "$OUT/speed.db" 2>/dev/null
     if [ -n "${PROFILE:-}" ]; then
       echo "== profile of a worker's loop (first 400 gemm cases up to 500 GFLOP)"
@@ -42,7 +42,7 @@ case "${1:-speed}" in
     timeout 120 python3 -m operatorx run -t gemm_perf --limit 2 --gpus 0,1 --db /tmp/warm.db \
       --results-dir /tmp/warm-res > "$OUT/warm.txt" 2>&1
     timeout 500 python3 bench/sweep_scaling.py --testlist gemm --limit "${LIMIT:-1000}" --gpus 0 --gpus 0,1 \
-      --db /tmp/scaling.db --json "$OUT/scaling.json" 2>&1 | tail -40
+      --db /tmp/scaling.db --json "$OUT/scaling.json" --cases-csv "$OUT/cases.csv" 2>&1 | tail -40
     cp /tmp/scaling.db "$OUT/scaling.db" ;;
   vllm)
     echo "== every gpu test"

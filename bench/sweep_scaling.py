@@ -11,6 +11,7 @@ the two rows' own noise (median ±): how many differ by more than their combined
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import subprocess
 import sys
@@ -70,6 +71,36 @@ def _where_time_goes(rows: list) -> None:
               f"latency {r.latency_us or 0:.1f} us")
 
 
+def _by_stop_reason(rows: list) -> None:
+    """Where the ok cases' seconds go by why their sampling stopped: a case that never reaches the
+    noise target samples up to `max_samples` or `max_time_s`, and a few such cases can cost more
+    than hundreds of ordinary ones (issue 15's speed target)."""
+    groups: dict[str, list[float]] = {}
+    for r in rows:
+        if r.status == "ok" and r.measured and r.case_seconds and r.case_seconds.total:
+            groups.setdefault(r.measured.stop_reason or "-", []).append(r.case_seconds.total)
+    print("  ok cases by stop reason: " + "; ".join(
+        f"{reason} {len(secs)} cases, {sum(secs):.1f} s" for reason, secs in sorted(groups.items())))
+
+
+def _write_cases(rows: list, path: Path) -> None:
+    """One line per case: what each cost and why it stopped (comes back from the device machine,
+    unlike the database)."""
+    with path.open("w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(["index", "label", "status", "case_s", "latency_us", "busy_us", "n", "stop_reason", "noise",
+                      "batches", "attempts", "enqueue_us"])
+        for r in rows:
+            m, t = r.measured, (r.measured.timing if r.measured else None)
+            attempts = (len(r.conditions.telemetry.model_dump().get("attempts") or [])
+                        if r.conditions and r.conditions.telemetry else None)
+            out.writerow([r.case_index, r.case.label(), r.status,
+                          None if not r.case_seconds else r.case_seconds.total, r.latency_us,
+                          None if not m else m.busy_us, None if not m or not m.summary_us else m.summary_us.n,
+                          None if not m else m.stop_reason, None if not m else m.noise,
+                          None if not t else t.batches, attempts, None if not t else t.enqueue_us_per_call])
+
+
 def _card(row) -> str | None:
     """Which GPU timed the row (its PCI bus id, else its index)."""
     w = row.worker
@@ -103,6 +134,8 @@ def main() -> None:
     ap.add_argument("--gpus", action="append", required=True, help="a --gpus value; give it once per run")
     ap.add_argument("--db", default="/tmp/scaling.db")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--cases-csv", type=Path, help="write each run's cases (cost, samples, stop reason) here, "
+                    "the --gpus value added to the file name")
     ap.add_argument("extra", nargs="*", help="more `operatorx run` options, after --")
     args = ap.parse_args()
     results = []
@@ -117,6 +150,10 @@ def main() -> None:
         for slot, worker in sorted((info.get("workers") or {}).items()):
             print(f"  {slot} start-up (s): {worker.get('startup_s')}; clock ramp: {worker.get('clock_ramp')}")
         _where_time_goes(rows)
+        _by_stop_reason(rows)
+        if args.cases_csv:
+            _write_cases(rows, args.cases_csv.with_name(
+                f"{args.cases_csv.stem}-gpus{gpus.replace(',', '_')}{args.cases_csv.suffix}"))
     base = results[0]
     base_ok = {r.key()[0]: r for r in base["rows"] if r.status == "ok"}
     for other in results[1:]:
