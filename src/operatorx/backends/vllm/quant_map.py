@@ -520,8 +520,9 @@ def _mxfp4_moe_plan(args: MoeArgs, shared_scheme: Optional[Scheme]) -> Union[Pla
                 "under compressed-tensors (CompressedTensorsW4A4Mxfp4MoEMethod); this backend wires DeepSeek-V4's "
                 "(DeepseekV4FP8Config → Mxfp4MoEMethod) and gpt-oss's (GptOssMxfp4Config) only")
     if shared_scheme == "bf16":
-        return ("shared experts in bf16 beside MXFP4 routed experts: DeepSeek-V4's config quantizes every "
-                "linear layer to block FP8; no vLLM 0.26 FP4-expert block leaves its shared MLP unquantized")
+        return ("shared experts in bf16 beside DeepSeek-V4-style MXFP4 routed experts: DeepseekV4FP8Config "
+                "quantizes every linear layer it is not told to skip to block FP8, and DeepSeek-V4's checkpoints "
+                "quantize their shared expert; a bf16 one beside FP4 experts is not wired in this backend")
     if args.hidden % 256:
         return (f"hidden {args.hidden} with MXFP4 experts on Marlin: vLLM 0.26 pads hidden to a multiple of 256 "
                 "and then calls the runner-held gate on the padded input, a shape error inside vLLM (seen on the "
