@@ -158,7 +158,7 @@ def test_deepseek_v4_mxfp4_experts_plan_under_its_own_config(style: str) -> None
 
 @pytest.mark.parametrize("kw,words", [
     ({"style": "qwen"}, "outside a DeepSeek-V4 or gpt-oss block"),             # Qwen-style block: not wired
-    ({"style": "dsv4", "shared_bf16": True}, "shared experts in bf16 beside MXFP4"),
+    ({"style": "dsv4", "shared_bf16": True}, "shared experts in bf16 beside DeepSeek-V4-style MXFP4"),
     ({"style": "dsv4", "shared_as": "fp8_block"}, "store their FP8 scales as ue8m0"),
     ({"style": "dsv4", "shared_as": "mxfp8"}, "shared experts: MXFP8"),
     ({"style": "dsv4", "shared": False, "hidden": 384}, "pads hidden to a multiple of 256"),
