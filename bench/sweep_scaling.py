@@ -37,7 +37,7 @@ def _where_time_goes(rows: list) -> None:
     phases: dict[str, float] = {}
     for r in rows:
         for name, sec in (r.case_seconds.model_dump() if r.case_seconds else {}).items():
-            if sec is not None:
+            if sec is not None and name != "started_unix_s":        # a moment, not a phase
                 phases[name] = phases.get(name, 0.0) + sec
     print("  case seconds by phase: " + ", ".join(f"{k} {v:.1f}" for k, v in sorted(phases.items())))
     ok = [r for r in rows if r.status == "ok" and r.measured]
@@ -88,17 +88,38 @@ def _write_cases(rows: list, path: Path) -> None:
     unlike the database)."""
     with path.open("w", newline="") as f:
         out = csv.writer(f)
-        out.writerow(["index", "label", "status", "case_s", "latency_us", "busy_us", "n", "stop_reason", "noise",
-                      "batches", "attempts", "enqueue_us"])
+        out.writerow(["index", "label", "status", "case_s", "started_unix_s", "worker", "latency_us", "busy_us", "n",
+                      "stop_reason", "noise", "batches", "attempts", "enqueue_us"])
         for r in rows:
             m, t = r.measured, (r.measured.timing if r.measured else None)
             attempts = (len(r.conditions.telemetry.model_dump().get("attempts") or [])
                         if r.conditions and r.conditions.telemetry else None)
             out.writerow([r.case_index, r.case.label(), r.status,
-                          None if not r.case_seconds else r.case_seconds.total, r.latency_us,
+                          None if not r.case_seconds else r.case_seconds.total,
+                          None if not r.case_seconds else r.case_seconds.started_unix_s, _card(r), r.latency_us,
                           None if not m else m.busy_us, None if not m or not m.summary_us else m.summary_us.n,
                           None if not m else m.stop_reason, None if not m else m.noise,
                           None if not t else t.batches, attempts, None if not t else t.enqueue_us_per_call])
+
+
+def _worker_gaps(rows: list) -> None:
+    """Per worker: the seconds between one case's end and the next one's start (the sweep's own cost:
+    handing out the case, sending the row back, the memory check), from each row's start time and
+    length. Rows without a start time (older runs) are left out."""
+    by_worker: dict[str, list[tuple[float, float]]] = {}
+    for r in rows:
+        cs = r.case_seconds
+        card = _card(r)
+        if cs is None or cs.started_unix_s is None or cs.total is None or card is None:
+            continue                # no start time (an older run), or no GPU to tell the workers apart
+        by_worker.setdefault(card, []).append((cs.started_unix_s, cs.total))
+    for card, spans in sorted(by_worker.items()):
+        spans.sort()
+        gaps = sorted(max(0.0, b[0] - (a[0] + a[1])) for a, b in zip(spans, spans[1:], strict=False))
+        if gaps:
+            print(f"  between cases on {card}: {len(gaps)} gaps, {sum(gaps):.2f} s in all, median "
+                  f"{1e3 * gaps[len(gaps) // 2]:.2f} ms, p95 {1e3 * gaps[int(0.95 * (len(gaps) - 1))]:.2f} ms; "
+                  f"first case started {spans[0][0]:.3f}, last ended {spans[-1][0] + spans[-1][1]:.3f} (Unix s)")
 
 
 def _card(row) -> str | None:
@@ -151,6 +172,7 @@ def main() -> None:
             print(f"  {slot} start-up (s): {worker.get('startup_s')}; clock ramp: {worker.get('clock_ramp')}")
         _where_time_goes(rows)
         _by_stop_reason(rows)
+        _worker_gaps(rows)
         if args.cases_csv:
             _write_cases(rows, args.cases_csv.with_name(
                 f"{args.cases_csv.stem}-gpus{gpus.replace(',', '_')}{args.cases_csv.suffix}"))

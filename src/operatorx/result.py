@@ -110,7 +110,7 @@ class Row(BaseModel):
                                        "`checked`, `ok`")
     host: Optional[HostTime] = doc("with `--host`: host µs per call, `host_bound`, layers", "µs")
     case_seconds: Optional[CaseSeconds] = doc("wall seconds of the case's phases: `prepare_check`, `timing`, "
-                                              "`profile`, `total`", "s")
+                                              "`profile`, `total`; and when it started (`started_unix_s`)", "s")
     worker: Optional[WorkerDevice] = doc("the device this row was measured on: `kind`, `name`, `uuid`, "
                                          "`pci_bus_id`, `index` where known")
     extra: dict[str, Any] = doc("what the backend chose (library path, quant method, "

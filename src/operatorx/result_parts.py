@@ -347,6 +347,9 @@ class CaseSeconds(OpenPart):
     timing: Optional[float] = doc("warmup and timed batches, retries included", "s")
     profile: Optional[float] = doc("kernel breakdown, trace and counters replay", "s")
     total: Optional[float] = doc("the whole case, release included", "s")
+    started_unix_s: Optional[float] = doc(
+        "when the case started, wall clock (Unix time): with `total`, when its worker was busy; the gaps "
+        "between one worker's cases are the sweep's own cost (handing out cases, rows, memory checks)", "s")
 
 
 class WorkerDevice(Part):

@@ -120,7 +120,7 @@ class CaseRunner:
         it becomes this row's `error`, and the run goes on to the next case."""
         held: list[Prepared] = []
         self._seconds = {}
-        t_case = time.perf_counter()
+        t_case, started_unix_s = time.perf_counter(), time.time()
         error_kind: Optional[ErrorKind] = None
         try:
             status, message, parts = self._attempt(case, held, index)
@@ -135,7 +135,7 @@ class CaseRunner:
             status = "error"
             error_kind = error_kind or "exception"
             message = f"{message}; {cleanup}" if message else cleanup
-        seconds = CaseSeconds(**self._seconds, total=time.perf_counter() - t_case)
+        seconds = CaseSeconds(**self._seconds, total=time.perf_counter() - t_case, started_unix_s=started_unix_s)
         return Row(case=case, backend=self.config.backend, status=status, testlist=self.testlist,  # type: ignore[arg-type]
                    case_index=index, message=message, error_kind=error_kind, scheme=case.scheme(),
                    case_seconds=seconds, worker=self._worker(), **parts)

@@ -100,7 +100,12 @@
         m.counters ? pre(m.counters) : ""));
     }
     if (m.backend_meta) out.push(section("Backend", kv(Object.entries(m.backend_meta))));
-    if (m.case_seconds) out.push(section("Wall seconds", kv(Object.entries(m.case_seconds))));
+    if (m.case_seconds) {
+      // started_unix_s is a moment, not a duration: shown as UTC time
+      const secs = Object.entries(m.case_seconds).map(([k, v]) =>
+        k === "started_unix_s" && typeof v === "number" ? ["started (UTC)", new Date(v * 1000).toISOString()] : [k, v]);
+      out.push(section("Wall seconds", kv(secs)));
+    }
     if (c.other && Object.keys(c.other).length) out.push(section("Other metrics", pre(c.other)));
     document.getElementById("case-sections").replaceChildren(...out);
   }
