@@ -104,6 +104,8 @@ class TimingInfo(OpenPart):
     activity_api_calls: Optional[str] = doc("which CUDA API calls CUPTI recorded: `launches` (only those that put "
                                             "work on the GPU, the default) or `all` (`OPERATORX_CUPTI_API=all`, or "
                                             "a CUPTI before 12.6 that cannot filter)")
+    activity_api_ids_refused: Optional[int] = doc("API calls (of those that launch nothing) CUPTI would not "
+                                                  "filter because it does not know them: recorded anyway", "count")
     phases: Optional[TimingPhases] = doc("where the kept attempt's seconds went")
     activity_records_dropped: Optional[int] = doc("device records CUPTI delivered incomplete or undecodable: a "
                                                   "call may have lost a kernel from its span", "count")
@@ -115,6 +117,12 @@ class TimingInfo(OpenPart):
                                                 "before the GPU was free for it (the host only just ahead; "
                                                 "measure/trace.py): recorded, not dropped", "calls")
     host_gaps_included: Optional[bool] = doc("the op leaves the GPU idle inside every call: gaps are in its span")
+    queue_max_calls: Optional[int] = doc("the most calls a batch held: what fits in the GPU's launch queue "
+                                         "(about 1,024 launches) at the launches one [flush, call] makes", "calls")
+    queue_overflow_batches: Optional[int] = doc("batches that held more launches than the queue takes (normally "
+                                                "only the first, before the launches per call are known): the host "
+                                                "blocked in a launch, so its enqueue time did not size the next spin",
+                                                "batches")
     unattributed_activities: Optional[int] = doc("device activities no timed call launched", "count")
     flush_bytes: Optional[int] = doc("size of the L2 flush buffer", "bytes")
     enqueue_us_per_call: Optional[float] = doc("host time to enqueue one [flush, call] with the activity "

@@ -270,20 +270,29 @@ def test_which_calls_launch_device_work(name, launches):
     assert activity.launches_device_work(name) is launches
 
 
-def test_the_quiet_calls_are_listed_once_and_a_refused_one_turns_the_filter_off(fake, monkeypatch):
+def test_the_quiet_calls_are_listed_once_and_ids_cupti_refuses_are_left_recorded(fake, monkeypatch):
+    """cupti-python 13.2 lists 60 CUDA 13.1 calls the H200's driver CUPTI refuses
+    (ERROR_INVALID_PARAMETER): the rest stay filtered, not every call recorded again."""
     session = activity.activity_session()
     assert isinstance(session, activity.CuptiSession) and session.api_filter
+    assert session.api_ids_refused == 0
     listed = session._quiet_cbids
     session.pause()
     session.resume()
-    assert session._quiet_cbids is listed and len(fake.api_off) == 3
+    assert session._quiet_cbids == listed and len(fake.api_off) == 3
     monkeypatch.setattr(activity, "_session", None)
     fake.api_off.clear()
 
     def refuses_the_driver(cbid: int, enable: int) -> None:
-        raise RuntimeError("CUPTI_ERROR_NOT_SUPPORTED")
+        raise RuntimeError("CUPTI_ERROR_INVALID_PARAMETER")
 
     monkeypatch.setattr(fake, "activity_enable_driver_api", refuses_the_driver)
     session = activity.activity_session()
-    assert isinstance(session, activity.CuptiSession) and not session.api_filter
-    assert fake.api_off == set()            # the runtime calls it had quieted are recorded again
+    assert isinstance(session, activity.CuptiSession) and session.api_filter and session.api_ids_refused == 1
+    assert fake.api_off == {("runtime", RuntimeCbid.cudaGetDevice_v3020),
+                            ("runtime", RuntimeCbid.cudaGraphAddMemcpyNode_v10000)}
+    assert session._quiet_cbids is not None and len(session._quiet_cbids) == 2     # a resume asks only for these
+    monkeypatch.setattr(activity, "_session", None)
+    monkeypatch.setattr(fake, "activity_enable_runtime_api", refuses_the_driver)
+    session = activity.activity_session()
+    assert isinstance(session, activity.CuptiSession) and not session.api_filter   # nothing filtered: said so

@@ -156,6 +156,8 @@ class CuptiSession:
         """Whether only the launching API calls are recorded (False: every call, or the CUPTI cannot filter)."""
         self.records_dropped = 0
         """Records skipped since the last batch: incomplete (no end time) or not decodable."""
+        self.api_ids_refused = 0
+        """Non-launching API ids CUPTI would not filter (ids it does not know): still recorded."""
         cupti.activity_register_callbacks(self._requested, self._completed)
         self._on = False
         try:
@@ -236,28 +238,34 @@ class CuptiSession:
 
     def _filter_api_records(self) -> None:
         """Turn off the records of every API call that launches nothing (each one a record to decode,
-        and host time inside the timed loop). A CUPTI without per-call control records them all."""
+        and host time inside the timed loop). A CUPTI without per-call control records them all.
+
+        CUPTI refuses some ids it lists (ERROR_INVALID_PARAMETER): on the H200 image, cupti-python
+        13.2 lists 60 CUDA 13.1 calls (green contexts, device resources) that the driver's CUPTI does
+        not know. Those are left as they are and the rest filtered; turning the whole filter off for
+        them, as before, recorded every call of every sweep (`activity_api_calls: all`)."""
         cupti = self._cupti
         pairs = (("runtime_api_trace_cbid", "activity_enable_runtime_api"),
                  ("driver_api_trace_cbid", "activity_enable_driver_api"))
         if not all(hasattr(cupti, a) and hasattr(cupti, b) for a, b in pairs):
             self.api_filter = False                 # a CUPTI before 12.6 cannot filter: every call is recorded
             return
+        first = self._quiet_cbids is None
         if self._quiet_cbids is None:               # ~1,400 names: sorted once per process, not per resume
             self._quiet_cbids = [(fn_name, int(cbid)) for enum_name, fn_name in pairs
                                  for cbid in getattr(cupti, enum_name)
                                  if cbid.name not in _NOT_CALLS and not launches_device_work(cbid.name)]
-        done = 0
-        try:
-            for fn_name, cbid_value in self._quiet_cbids:
+        accepted: list[tuple[str, int]] = []
+        for fn_name, cbid_value in self._quiet_cbids:
+            try:
                 getattr(cupti, fn_name)(cbid_value, 0)
-                done += 1
-        except Exception:  # noqa: BLE001 - a CUPTI that refuses a cbid: every call recorded, said in the rows
-            for fn_name, cbid_value in self._quiet_cbids[:done]:
-                try:
-                    getattr(cupti, fn_name)(cbid_value, 1)
-                except Exception:  # noqa: BLE001 - best effort: the rows say `all` either way
-                    pass
+            except Exception:  # noqa: BLE001 - an id this CUPTI does not know: nothing of it to filter
+                continue
+            accepted.append((fn_name, cbid_value))
+        if first:
+            self.api_ids_refused = len(self._quiet_cbids) - len(accepted)
+            self._quiet_cbids = accepted            # later resumes ask only for what this CUPTI took
+        if not accepted:
             self.api_filter = False
 
     @property

@@ -24,7 +24,7 @@ from operatorx.measure.measurement import Measurement, NotMeasurable
 from operatorx.measure.settings import TimingSettings
 from operatorx.measure.side_stream import side_stream
 from operatorx.measure.stats import summarize
-from operatorx.measure.trace import STARVED_GAP_NS, trace_batch
+from operatorx.measure.trace import STARVED_GAP_NS, CallTrace, trace_batch
 
 __all__ = ["KernelTiming", "capture_graph", "warm_activity_session"]
 
@@ -44,6 +44,10 @@ _QUEUE_LEFT_CALLS = 8       # the spin is trimmed so that about this many calls'
 _MIN_QUEUE_LEFT_S = 100e-6  # on the GPU when the host has enqueued the batch's last call (never less than this)
 _FIRST_ENQUEUE_GUESS_S = 300e-6   # per iteration in pause mode before a batch has measured it (starved calls of
                                   # a short first spin are dropped, and the next spin grows)
+LAUNCH_QUEUE_DEPTH = 1024  # device launches the host can queue ahead of the GPU before a launch call blocks:
+                            # behind a 200 ms spin the H200 (driver 580) took 1,021 one-kernel launches, then
+                            # blocked (bench/launch_queue.py, benchmarks §16)
+_QUEUE_FILL = 0.8           # a batch holds at most this share of the queue (launches per call vary a little)
 
 
 def capture_graph(fn: Callable[[], Any]) -> Callable[[], Any]:
@@ -174,6 +178,23 @@ def _next_spin_s(lead_s_per_call: float, n: int, enqueue_s: float) -> float:
     return max(keep_s, keep_s + n * lead_s_per_call)
 
 
+def launches_per_iteration(calls: list[CallTrace], harness_activities: int, n: int) -> float:
+    """Device activities one [flush, call] iteration put in the launch queue, from a batch: the calls'
+    own kernels, copies and sets, and the harness's flush (the batch's one spin counted in with
+    them: an overestimate of at most one launch per batch, on the safe side)."""
+    return (sum(len(c.activities) for c in calls) + harness_activities) / max(1, n)
+
+
+def queue_calls(per_iteration: float) -> int:
+    """The most iterations one batch may hold: all of them are queued behind the spin before the GPU
+    starts on the first, and the launch queue takes about `LAUNCH_QUEUE_DEPTH` launches. Past that the
+    host blocks inside a launch until the GPU frees room: its enqueue time then measures the spin,
+    the next spin grows with it, and the calls enqueued after the spin ended run paced by the host
+    (starved). On the H200 a 10-kernel block-FP8 call starved from about 93 calls a batch on, and a
+    1,000-case sweep spent 24 s of GPU spin on such batches (benchmarks §16)."""
+    return max(1, int(_QUEUE_FILL * LAUNCH_QUEUE_DEPTH / max(1.0, per_iteration)))
+
+
 def _host_lead_s(spin_s: float, n: int, queue_left_s: float) -> float:
     """Per call, how much longer the host took to enqueue than the GPU took to run, from one batch:
     the GPU had `spin_s + n * gpu` of work, the host took `n * host`, and `queue_left_s` of it was
@@ -235,10 +256,11 @@ class KernelTiming:
         lead_s: Optional[float] = None      # host behind GPU per call, once a batch has measured it
         all_starved_streak = 0
         empty_batches = 0
-        starved_kept = late_kept = 0
+        starved_kept = late_kept = overflowed_batches = 0
         gaps_included = False
+        max_calls: Optional[int] = None     # what the launch queue holds (known after the first batch)
         while reason is None:
-            n = max(1, min(n, s.max_samples - len(samples_us)))
+            n = max(1, min(n, s.max_samples - len(samples_us), max_calls or n))
             spin_s = 0.0
             if s.spin and pause_s == 0:
                 spin_s = _SPIN_MARGIN * enqueue_s * n if lead_s is None else _next_spin_s(lead_s, n, enqueue_s)
@@ -262,9 +284,16 @@ class KernelTiming:
                 starved_kept += n_starved
             else:
                 starved += n_starved
-            if pause_s == 0:
+            overflowed = False
+            if pause_s == 0:                # (a rested iteration synchronizes: its queue never fills)
+                max_calls = queue_calls(launches_per_iteration(batch.calls, batch.harness_activities, n))
+                overflowed = n > max_calls
+                overflowed_batches += overflowed
+            if pause_s == 0 and not overflowed:     # a blocked host's enqueue time is the GPU's pace, not its own
                 enqueue_s = max(enqueue_s, batch.enqueue_s_per_call) if batches > 1 else batch.enqueue_s_per_call
-            if len(kept) < len(with_work):
+            if overflowed:
+                pass                        # starved calls past the queue's depth: the next batch is smaller instead
+            elif len(kept) < len(with_work):
                 spin_short += 1
                 enqueue_s *= 2              # the queue ran dry: give the next batch twice the head start
                 lead_s = None               # (sized from the enqueue time again, not trimmed)
@@ -292,10 +321,12 @@ class KernelTiming:
         import numpy as np
 
         api_calls = (("launches" if session.api_filter else "all") if isinstance(session, CuptiSession) else None)
+        ids_refused = session.api_ids_refused if isinstance(session, CuptiSession) else None
 
         details = {**self.flusher.to_json(), "spin": s.spin,
                    "activity_source": batch.source if batch is not None else None,
                    "activity_fallback": fallback_reason(), "activity_api_calls": api_calls,
+                   "activity_api_ids_refused": ids_refused,
                    "batches": batches, "batch_size": s.batch_size,
                    "starved_calls_dropped": starved, "starved_gap_us": STARVED_GAP_NS / 1e3,
                    "spin_short_batches": spin_short, "unattributed_activities": unattributed,
@@ -305,7 +336,8 @@ class KernelTiming:
                    "gap_before_call_us_median": float(np.median(gaps_ns)) / 1e3 if gaps_ns else None,
                    "graph": self.graph, "host_gaps_included": gaps_included,
                    "starved_calls_kept": starved_kept, "late_launch_calls_kept": late_kept, "window_start_s": wall0,
-                   "activity_records_dropped": records_dropped,
+                   "activity_records_dropped": records_dropped, "queue_overflow_batches": overflowed_batches,
+                   "queue_max_calls": max_calls,
                    "phases": {"warmup_s": warm_s, "batches_s": batches_s, "spin_gpu_s": spin_gpu_s,
                               "loop_s": time.perf_counter() - wall0}}
         return Measurement(method=self.method, clock="device", samples_us=samples_us, summary=summarize(samples_us),
