@@ -290,3 +290,28 @@ def test_doubling_a_rested_first_attempts_pause_stops_at_the_settings_ceiling(mo
     retry.measure_with_retries(timer, lambda: None, None, TimingSettings(throttle_retries=3,
                                                                           throttle_cooldown_s=0.0))
     assert timer.pauses == [0.0, 0.1, 0.2, 0.2]
+
+
+def test_cut_short_retries_whose_medians_are_known_can_converge(monkeypatch):
+    """The H200's 32768x32320x7168 bf16 GEMM: rested, every attempt capped and cut after 9 calls
+    (min_samples 10), medians 19,369 / 19,269 / 19,314 µs, each known to ~0.1%. Retries 1 and 2
+    agree: the fourth attempt is not run. Three calls (no interval) still say too little."""
+    timer = _RestedTimer([19_369.6, 19_269.3, 19_314.4, 19_353.9], [True] * 4)
+
+    def nine_calls(k):
+        return [timer.latencies[k] * (1 + 0.001 * (i % 3 - 1)) for i in range(9)]
+
+    def measure(fn, pause_s=0.0, give_up=None):
+        m = _RestedTimer.measure(timer, fn, pause_s, None)
+        if give_up is not None and give_up(0.0):
+            samples = nine_calls(len(timer.pauses) - 1)
+            m = Measurement("fake", "device", samples, summarize(samples), 0, 0.0, "capped", details=m.details)
+        return m
+
+    monkeypatch.setattr(timer, "measure", measure)
+    monkeypatch.setattr(retry, "TelemetrySampler", _sampler(timer, lambda k: True, lambda k: True))
+    done = retry.measure_with_retries(timer, lambda: None, None, SETTINGS)   # type: ignore[arg-type]
+    assert [a["stop_reason"] for a in done.attempts] == ["capped"] * 3
+    assert [a["converged"] for a in done.attempts] == [False, False, True] and done.telemetry["capped"]
+    assert done.measurement.latency_us == pytest.approx(19_269.3)
+    assert 0 < done.measurement.summary["median_noise"] <= retry.CONVERGED_REL

@@ -225,12 +225,13 @@ def _signals_stop(scheduler: Scheduler, reporter: Reporter) -> Iterator[None]:
             signal.signal(s, h)
 
 
-def _execute(spec: JobSpec, store: Store, tasks: list[Task], reporter: Reporter) -> RunOutcome:
+def _execute(spec: JobSpec, store: Store, tasks: list[Task], reporter: Reporter,
+             slots: Optional[list[SlotLike]] = None) -> RunOutcome:
     config = spec.config
     if not tasks:                                  # a resumed run that is complete: no worker to start
         store.finish_run(spec.run_id, now_utc(), "finished")
         return _close(spec, store, "finished", {})
-    slots = _slots(spec)
+    slots = slots if slots is not None else _slots(spec)
     if len(slots) > 1:
         tasks = longest_first(tasks, lambda t: t.case)
     sink = _Sink(spec, store, reporter)
@@ -260,8 +261,14 @@ def _close(spec: JobSpec, store: Store, state: str, unstored: dict[tuple[str, st
     return RunOutcome(run_id=spec.run_id, document_path=path, state=state, rows=rows, unstored=len(unstored))
 
 
-def _plan(config: RunConfig) -> tuple[RunConfig, dict[str, Any], list[tuple[int, Case]]]:
-    """The config as it will run (device decided), what the run records of its testlist, the chosen cases."""
+def _decided(config: RunConfig) -> RunConfig:
+    """The config as it will run: its device and executor decided (no CUDA context here)."""
+    executor = "inline" if config.counters_child else config.executor   # ncu follows one process
+    return replace(config, device=_device_kind(config.device), executor=executor)
+
+
+def _chosen(config: RunConfig) -> tuple[dict[str, Any], list[tuple[int, Case]]]:
+    """What the run records of its testlist, and the chosen cases."""
     path = resolve_testlist(config.testlist)
     cases = load_testlist(path)                       # raises TestlistError: nothing stored
     chosen = select_cases(cases, config.filter, config.limit, config.shard)
@@ -270,9 +277,38 @@ def _plan(config: RunConfig) -> tuple[RunConfig, dict[str, Any], list[tuple[int,
                 f"--shard {config.shard}" if config.shard else ""]
         why = " and ".join(w for w in what if w) or "the testlist is empty"
         raise EmptySelection(f"{path}: no case to run ({why} selects none of its {len(cases)} cases)")
-    executor = "inline" if config.counters_child else config.executor   # ncu follows one process
-    config = replace(config, device=_device_kind(config.device), executor=executor)
-    return config, {"testlist_path": str(path), "cases_in_testlist": len(cases)}, chosen
+    return {"testlist_path": str(path), "cases_in_testlist": len(cases)}, chosen
+
+
+def _spawned_ahead(spec: JobSpec) -> list[SlotLike]:
+    """The run's slots, their worker processes already starting: a worker's start-up (Python, torch,
+    CUDA, CUPTI, the clock ramp) then overlaps the parent's loading of the testlist and storing of
+    the plan. Whoever takes them closes them, on every path."""
+    slots = _slots(spec)
+    for slot in slots:
+        ahead = getattr(slot, "spawn_ahead", None)
+        if ahead is not None:
+            ahead()
+    return slots
+
+
+def _new_run(config: RunConfig, reporter: Reporter, ab: Optional[ABJob] = None,
+             info: Optional[dict[str, Any]] = None) -> RunOutcome:
+    """A new run: workers spawned first, then the testlist loaded and the plan stored, then executed."""
+    config = _decided(config)
+    run_id = check_run_id(config.run_id or new_run_id())
+    spec = JobSpec(config=replace(config, run_id=run_id), run_id=run_id, testlist=config.testlist, ab=ab)
+    slots = _spawned_ahead(spec) if config.executor == "local" else []    # (a Ray cluster is joined after)
+    try:
+        source, chosen = _chosen(config)
+        store = Store(config.db)
+        tasks = _begin(spec, store, chosen, {**source, **(info or {})})
+    except BaseException:
+        for slot in slots:                 # a bad testlist or store: the early workers go at once
+            slot.kill()
+            slot.close()
+        raise
+    return _execute(spec, store, tasks, reporter, slots or None)
 
 
 def _timing_used(config: RunConfig) -> dict[str, Any]:
@@ -299,28 +335,16 @@ def _begin(spec: JobSpec, store: Store, chosen: list[tuple[int, Case]], info: di
 
 def run_testlist(config: RunConfig, reporter: Optional[Reporter] = None) -> RunOutcome:
     """A new run of `config.testlist`."""
-    reporter = reporter or _Silent()
     _check_backend(config)
-    config, source, chosen = _plan(config)
-    run_id = check_run_id(config.run_id or new_run_id())
-    spec = JobSpec(config=replace(config, run_id=run_id), run_id=run_id, testlist=config.testlist)
-    store = Store(config.db)
-    tasks = _begin(spec, store, chosen, source)
-    return _execute(spec, store, tasks, reporter)
+    return _new_run(config, reporter or _Silent())
 
 
 def run_ab_pairs(config: RunConfig, a: str, b: str, settings: dict[str, Any],
                  reporter: Optional[Reporter] = None) -> RunOutcome:
     """An A/B over `config.testlist`: every case through both sides in one worker, stored as a run
     (`kind: ab`) whose rows hold the case's A/B result."""
-    reporter = reporter or _Silent()
-    config, source, chosen = _plan(config)
-    run_id = check_run_id(config.run_id or new_run_id())
-    spec = JobSpec(config=replace(config, run_id=run_id), run_id=run_id, testlist=config.testlist,
-                   ab=ABJob(a=a, b=b, settings=settings))
-    store = Store(config.db)
-    tasks = _begin(spec, store, chosen, {**source, "kind": "ab", "a": a, "b": b, "ab_settings": settings})
-    return _execute(spec, store, tasks, reporter)
+    return _new_run(config, reporter or _Silent(), ab=ABJob(a=a, b=b, settings=settings),
+                    info={"kind": "ab", "a": a, "b": b, "ab_settings": settings})
 
 
 def resume_run(run: str, db: str, reporter: Optional[Reporter] = None,
