@@ -8,7 +8,8 @@
 #   scaling  (nvidia-h200-x2) the first $LIMIT gemm cases on GPU 0 and on GPUs 0,1
 #   vllm     every gpu test, and the vLLM MoE release test with its output
 #   moe      all of moe_small through vLLM (every GPU)
-#   accuracy bench/timing_accuracy.py twice back to back (bench/h200_timing.sh)
+#   accuracy bench/timing_accuracy.py twice back to back (bench/h200_timing.sh; ACC_PASSES=kernels_1,kernels_2
+#            for the accuracy and run-to-run passes only)
 #   final    (nvidia-h200-x2) the gpu tests of measure, run, platform and the torch backends, then scaling
 #   gpu      every gpu test (tests/web needs the web stack, absent there)
 set -uo pipefail

@@ -122,6 +122,18 @@ def _worker_gaps(rows: list) -> None:
                   f"first case started {spans[0][0]:.3f}, last ended {spans[-1][0] + spans[-1][1]:.3f} (Unix s)")
 
 
+def _case_phase_s(rows: list) -> float | None:
+    """Seconds from the first case's start to the last case's end, over all workers: the rate inside
+    it is the sweep's steady state, without the fixed costs (process and worker start-up, the plan,
+    the document) that the end-to-end rate carries."""
+    spans = [(r.case_seconds.started_unix_s, r.case_seconds.total) for r in rows
+             if r.case_seconds is not None and r.case_seconds.started_unix_s is not None
+             and r.case_seconds.total is not None]
+    if not spans:
+        return None
+    return max(a + b for a, b in spans) - min(a for a, _ in spans)
+
+
 def _card(row) -> str | None:
     """Which GPU timed the row (its PCI bus id, else its index)."""
     w = row.worker
@@ -164,9 +176,14 @@ def main() -> None:
         run_id, wall_s = _run(args.testlist, args.limit, gpus, args.db, args.extra)
         rows = Store(args.db, create=False).rows(run_id)
         counts = {s: sum(r.status == s for r in rows) for s in ("ok", "unsupported", "error", "missing")}
+        phase_s = _case_phase_s(rows)
         results.append({"gpus": gpus, "run_id": run_id, "wall_s": wall_s, "cases_per_s": len(rows) / wall_s,
-                        "counts": counts, "rows": rows})
+                        "case_phase_s": phase_s, "counts": counts, "rows": rows,
+                        "case_phase_cases_per_s": len(rows) / phase_s if phase_s else None})
         print(f"--gpus {gpus}: {len(rows)} cases in {wall_s:.1f} s = {len(rows) / wall_s:.2f} cases/s {counts}")
+        if phase_s:
+            print(f"  case phase (first case's start to last case's end): {phase_s:.1f} s = "
+                  f"{len(rows) / phase_s:.2f} cases/s; outside it {wall_s - phase_s:.1f} s")
         info = Store(args.db, create=False).run_info(run_id) or {}
         for slot, worker in sorted((info.get("workers") or {}).items()):
             print(f"  {slot} start-up (s): {worker.get('startup_s')}; clock ramp: {worker.get('clock_ramp')}")
@@ -180,6 +197,9 @@ def main() -> None:
     base_ok = {r.key()[0]: r for r in base["rows"] if r.status == "ok"}
     for other in results[1:]:
         print(f"--gpus {other['gpus']} vs {base['gpus']}: {other['cases_per_s'] / base['cases_per_s']:.2f}x the rate")
+        if other["case_phase_cases_per_s"] and base["case_phase_cases_per_s"]:
+            print(f"  inside the case phase: "
+                  f"{other['case_phase_cases_per_s'] / base['case_phase_cases_per_s']:.2f}x the rate")
         for what in ("span", "busy"):
             _agreement(base_ok, other["rows"], what, "all")
             cards = sorted({_card(r) for r in other["rows"]} - {None})

@@ -2,6 +2,7 @@
 
 Steps (bench/h200_timing.sh runs them all in one device call):
   python bench/timing_accuracy.py ours  OUT   # kernels / events / graph (cold_clean), kernels twice, + warm/dirty
+                                              # (ACC_PASSES=kernels_1,kernels_2: the two kernels passes only)
   python bench/timing_accuracy.py cupti OUT   # independent reference: cupti-python, one call per window
   ncu ... python bench/timing_accuracy.py ncu-child   # each op 5x in an NVTX range, for Nsight Compute
   python bench/timing_accuracy.py table OUT [NCU_CSV]  # the ratio table, run-to-run spread, s/case
@@ -16,6 +17,7 @@ the op, takes another, synchronizes; the op's kernels are those whose launch API
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import sys
 import time
@@ -81,6 +83,9 @@ def ours(out: Path) -> None:
     passes = [("kernels", "cold_clean", "kernels_1"), ("kernels", "cold_clean", "kernels_2"),
               ("events", "cold_clean", "events"), ("graph", "cold_clean", "graph"),
               ("kernels", "cold_dirty", "kernels_dirty"), ("kernels", "warm", "kernels_warm")]
+    wanted = os.environ.get("ACC_PASSES")           # e.g. kernels_1,kernels_2: accuracy and run to run only
+    if wanted:
+        passes = [p for p in passes if p[2] in wanted.split(",")]
     result: dict[str, Any] = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "passes": {}}
     for mode, l2, key in passes:
         settings = TimingSettings(mode=mode, l2_state=l2)  # type: ignore[arg-type]
@@ -269,6 +274,8 @@ def _moved_table(mine: dict[str, Any], moved_above: float = 0.01) -> None:
 
 def table(out: Path, ncu_csv: Path | None) -> None:
     mine = json.loads((out / "ours.json").read_text())["passes"]
+    for key in ("kernels_1", "kernels_2", "events", "graph", "kernels_dirty", "kernels_warm"):
+        mine.setdefault(key, {"rows": {}, "seconds": float("nan")})      # a pass left out (ACC_PASSES)
     ref = json.loads((out / "cupti.json").read_text())["rows"] if (out / "cupti.json").exists() else {}
     ncu = _ncu_per_case(ncu_csv) if ncu_csv and ncu_csv.exists() else {}
     modes = ["kernels_1", "events", "graph"]
@@ -305,7 +312,9 @@ def table(out: Path, ncu_csv: Path | None) -> None:
     _busy_table(mine, ref)
     _moved_table(mine)
     for key, p in mine.items():
-        print(f"pass {key}: {len(p['rows'])} cases, {p['seconds']:.1f} s, {len(p['rows']) / p['seconds']:.1f} cases/s")
+        if p["rows"]:
+            print(f"pass {key}: {len(p['rows'])} cases, {p['seconds']:.1f} s, "
+                  f"{len(p['rows']) / p['seconds']:.1f} cases/s")
     print("outside the target (±3%, ±0.3 µs below 10 µs):", misses or "none")
 
 

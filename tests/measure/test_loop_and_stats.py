@@ -121,7 +121,7 @@ def test_median_noise_is_unknown_below_the_sample_count_any_95pct_interval_needs
     for n in range(2, 6):
         assert median_noise([100.0 + 0.01 * i for i in range(n)]) == float("inf"), n
     assert median_noise([100.0 + 0.01 * i for i in range(6)]) == pytest.approx(0.05 / 2 / 100.025)
-    for n in range(6, 300):                                  # x = 1..n: the noise names the interval's ranks
+    for n in [*range(6, 300), 511, 1000, 1999, 2000]:        # x = 1..n: the noise names the interval's ranks
         x = np.arange(1.0, n + 1)
         j = round((n - 1 - 2 * median_noise(x) * np.median(x)) / 2)      # interval x[j]..x[n-1-j], 0-based
         assert 1 - 2 * binom.cdf(j, n, 0.5) >= 0.95 > 1 - 2 * binom.cdf(j + 1, n, 0.5), n    # holds 95%, tightest

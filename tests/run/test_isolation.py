@@ -69,5 +69,19 @@ def test_all_cases_ok_on_one_or_two_workers(tmp_path, write_testlist, workers):
     assert len(workers_info) == workers
     for info in workers_info.values():
         steps = info["startup_s"]
-        assert {"device", "run_info", "backend", "spawn_to_ready"} <= set(steps)
+        assert {"device", "stats", "run_info", "backend", "spawn_to_ready"} <= set(steps)
         assert steps["spawn_to_ready"] >= sum(v for k, v in steps.items() if k != "spawn_to_ready")
+
+
+def test_the_first_case_imports_nothing_the_stopping_rule_needs(tmp_path, write_testlist):
+    """SciPy's import (0.6 s here, up to 1.5 s on the H200 host) ran inside a worker's first case and
+    spent its time cap: the worker now imports it while it starts (startup step `stats`)."""
+    import sys
+
+    from operatorx.measure import stats
+    from operatorx.run.job import JobSpec, build_job
+
+    stats._median_ci_ranks.cache_clear()
+    spec = JobSpec(config=config(tmp_path, write_testlist([fp32(16)])), run_id="r", testlist="t")
+    build_job(spec)
+    assert "scipy.special" in sys.modules and stats._median_ci_ranks.cache_info().currsize == 1

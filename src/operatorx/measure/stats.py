@@ -8,7 +8,7 @@ from typing import Optional
 
 import numpy as np
 
-__all__ = ["median_noise", "summarize"]
+__all__ = ["median_noise", "preload", "summarize"]
 
 _STATS = {
     "median": lambda x: np.median(x),
@@ -30,16 +30,25 @@ def _median_ci_ranks(n: int, confidence: float) -> Optional[tuple[int, int]]:
     [x(j), x(n-1-j)] covers it unless at least n-j fall on one side. With too few samples even
     the whole range covers it with less than `confidence` (n <= 5 at 95%: 1 - 2/2^n): then
     None, and the noise is unknown rather than the range's, which would claim more than it knows.
+
+    j is the largest rank whose binomial CDF is <= (1 - confidence) / 2, read from SciPy's
+    `special.bdtr` (what `stats.binom.cdf` computes): importing `scipy.stats` took ~0.6 s, and it
+    happened inside a worker's first case, whose time cap it spent.
     """
-    from scipy.stats import binom
+    from scipy.special import bdtr
 
     tail = (1.0 - confidence) / 2
-    j = int(binom.ppf(tail, n, 0.5))
-    while j >= 0 and binom.cdf(j, n, 0.5) > tail:
-        j -= 1
-    if j < 0:
+    ranks = np.arange(n // 2 + 1)
+    within = np.nonzero(bdtr(ranks, n, 0.5) <= tail)[0]
+    if within.size == 0:
         return None
+    j = int(within[-1])
     return j, n - 1 - j
+
+
+def preload() -> None:
+    """Import what the stopping rule needs now (a worker's start-up), not in the first case's window."""
+    _median_ci_ranks(8, 0.95)
 
 
 def median_noise(samples_us: Sequence[float] | np.ndarray, confidence: float = 0.95) -> float:

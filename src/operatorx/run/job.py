@@ -105,6 +105,10 @@ class _RunJob:
                 startup.lap("l2_check")
         else:
             timer = HostClockTiming(config.timing)
+        from operatorx.measure.stats import preload
+
+        preload()                           # SciPy's import: the worker's, not its first case's
+        startup.lap("stats")
         self.runner = CaseRunner(config=config, device=device, timer=timer, telemetry=telemetry, l2_check=l2_check,
                                  run_id=spec.run_id, peaks=peaks, testlist=spec.testlist)
         info = run_info(device)
