@@ -2,7 +2,9 @@
 
 Steps (bench/h200_timing.sh runs them all in one device call):
   python bench/timing_accuracy.py ours  OUT   # kernels / events / graph (cold_clean), kernels twice, + warm/dirty
-                                              # (ACC_PASSES=kernels_1,kernels_2: the two kernels passes only)
+                                              # (ACC_PASSES=kernels_1,kernels_2: the two kernels passes only;
+                                              # kernels_3 a third; ACC_CASES=fp8_ those cases only;
+                                              # ACC_SHARED_FLUSH=1 one flush buffer across passes)
   python bench/timing_accuracy.py cupti OUT   # independent reference: cupti-python, one call per window
   ncu ... python bench/timing_accuracy.py ncu-child   # each op 5x in an NVTX range, for Nsight Compute
   python bench/timing_accuracy.py table OUT [NCU_CSV]  # the ratio table, run-to-run spread, s/case
@@ -34,7 +36,9 @@ def cases() -> list[tuple[str, Any]]:
 
     perf = load_testlist(resolve_testlist("gemm_perf"))
     fp8 = load_testlist(resolve_testlist("gemm_fp8"))
-    return [(f"perf{i}", perf[i]) for i in CASES_PERF] + [(f"fp8_{i}", fp8[i]) for i in CASES_FP8]
+    chosen = [(f"perf{i}", perf[i]) for i in CASES_PERF] + [(f"fp8_{i}", fp8[i]) for i in CASES_FP8]
+    prefix = os.environ.get("ACC_CASES")            # e.g. fp8_: only the cases whose name starts so
+    return [c for c in chosen if c[0].startswith(prefix)] if prefix else chosen
 
 
 def prepared_ops() -> list[tuple[str, Any, Any]]:
@@ -84,12 +88,16 @@ def ours(out: Path) -> None:
               ("events", "cold_clean", "events"), ("graph", "cold_clean", "graph"),
               ("kernels", "cold_dirty", "kernels_dirty"), ("kernels", "warm", "kernels_warm")]
     wanted = os.environ.get("ACC_PASSES")           # e.g. kernels_1,kernels_2: accuracy and run to run only
-    if wanted:
-        passes = [p for p in passes if p[2] in wanted.split(",")]
+    if wanted:                                      # (kernels_3: a third kernels pass, on request only)
+        passes = [p for p in passes + [("kernels", "cold_clean", "kernels_3")] if p[2] in wanted.split(",")]
+    shared_flush = os.environ.get("ACC_SHARED_FLUSH") == "1"    # one flush buffer for passes of the same settings
+    timers: dict[tuple[str, str], Any] = {}
     result: dict[str, Any] = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "passes": {}}
     for mode, l2, key in passes:
         settings = TimingSettings(mode=mode, l2_state=l2)  # type: ignore[arg-type]
-        timer = device_timer(settings, _l2(), clock)
+        timer = timers.get((mode, l2)) if shared_flush else None
+        if timer is None:
+            timer = timers[(mode, l2)] = device_timer(settings, _l2(), clock)
         rows = {}
         t_pass = time.perf_counter()
         for name, case, p in ops:
@@ -104,12 +112,15 @@ def ours(out: Path) -> None:
                               "late_kept": m.details.get("late_launch_calls_kept"),
                               "enqueue_us": m.details.get("enqueue_us_per_call"),
                               "gap_before_us": m.details.get("gap_before_call_us_median"),
-                              "scheme": case.scheme(), "attempts": done.attempts, "samples_us": m.samples_us}
+                              "scheme": case.scheme(), "attempts": done.attempts, "samples_us": m.samples_us,
+                              "busy_samples_us": m.details.get("busy_samples_us"),
+                              "batches": m.details.get("batches"), "queue_max_calls": m.details.get("queue_max_calls")}
             except Exception as err:  # noqa: BLE001 - e.g. graph capture refused: recorded, not fatal
                 rows[name] = {"error": f"{type(err).__name__}: {err}"[:200]}
         result["passes"][key] = {"rows": rows, "seconds": time.perf_counter() - t_pass}
         print(f"pass {key}: {len(rows)} cases in {time.perf_counter() - t_pass:.1f} s", flush=True)
-        timer.flusher.release()
+        if not shared_flush:
+            timer.flusher.release()
     (out / "ours.json").write_text(json.dumps(result, indent=1))
 
 
