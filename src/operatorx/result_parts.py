@@ -117,12 +117,13 @@ class TimingInfo(OpenPart):
                                                 "before the GPU was free for it (the host only just ahead; "
                                                 "measure/trace.py): recorded, not dropped", "calls")
     host_gaps_included: Optional[bool] = doc("the op leaves the GPU idle inside every call: gaps are in its span")
-    queue_max_calls: Optional[int] = doc("the most calls a batch held: what fits in the GPU's launch queue "
-                                         "(about 1,024 launches) at the launches one [flush, call] makes", "calls")
-    queue_overflow_batches: Optional[int] = doc("batches that held more launches than the queue takes (normally "
-                                                "only the first, before the launches per call are known): the host "
-                                                "blocked in a launch, so its enqueue time did not size the next spin",
-                                                "batches")
+    queue_max_calls: Optional[int] = doc("the cap on calls per batch that the last batch set: what fits in 80% of "
+                                         "the GPU's launch queue (about 1,024 launches) at the launches one [flush, "
+                                         "call] made; none when rested (each call is its own queue)", "calls")
+    queue_overflow_batches: Optional[int] = doc("batches that held more calls than that cap (normally only the "
+                                                "first, before the launches per call are known): the host may have "
+                                                "blocked in a launch, so neither their enqueue time nor their "
+                                                "starved calls resized the next spin", "batches")
     unattributed_activities: Optional[int] = doc("device activities no timed call launched", "count")
     flush_bytes: Optional[int] = doc("size of the L2 flush buffer", "bytes")
     enqueue_us_per_call: Optional[float] = doc("host time to enqueue one [flush, call] with the activity "

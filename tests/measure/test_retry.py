@@ -315,3 +315,23 @@ def test_cut_short_retries_whose_medians_are_known_can_converge(monkeypatch):
     assert [a["converged"] for a in done.attempts] == [False, False, True] and done.telemetry["capped"]
     assert done.measurement.latency_us == pytest.approx(19_269.3)
     assert 0 < done.measurement.summary["median_noise"] <= retry.CONVERGED_REL
+
+
+def test_converged_cut_short_retries_are_kept_over_a_full_unrested_capped_attempt(monkeypatch):
+    """A full first attempt read 21,000 µs capped; retries 1 and 2 were cut after 9 calls but their
+    medians are known and agree (19,370, 19,314): the retries end, and the number is theirs."""
+    timer = _Timer([21_000.0, 19_370.0, 19_314.0, 19_300.0], [True] * 4)
+
+    def measure(fn, pause_s=0.0, give_up=None):
+        m = _Timer.measure(timer, fn, pause_s, None)
+        if give_up is not None and give_up(0.0):
+            k = len(timer.pauses) - 1
+            samples = [timer.latencies[k] * (1 + 0.001 * (i % 3 - 1)) for i in range(9)]
+            m = Measurement("fake", "device", samples, summarize(samples), 0, 0.0, "capped", details=m.details)
+        return m
+
+    monkeypatch.setattr(timer, "measure", measure)
+    monkeypatch.setattr(retry, "TelemetrySampler", _sampler(timer, lambda k: True, lambda k: k >= 1))
+    done = retry.measure_with_retries(timer, lambda: None, None, SETTINGS)   # type: ignore[arg-type]
+    assert [a["stop_reason"] for a in done.attempts] == ["noise_target", "capped", "capped"]
+    assert done.attempts[-1]["converged"] and done.measurement.latency_us == pytest.approx(19_314.0)

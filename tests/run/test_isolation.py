@@ -76,12 +76,10 @@ def test_all_cases_ok_on_one_or_two_workers(tmp_path, write_testlist, workers):
 def test_the_first_case_imports_nothing_the_stopping_rule_needs(tmp_path, write_testlist):
     """SciPy's import (0.6 s here, up to 1.5 s on the H200 host) ran inside a worker's first case and
     spent its time cap: the worker now imports it while it starts (startup step `stats`)."""
-    import sys
-
     from operatorx.measure import stats
     from operatorx.run.job import JobSpec, build_job
 
     stats._median_ci_ranks.cache_clear()
     spec = JobSpec(config=config(tmp_path, write_testlist([fp32(16)])), run_id="r", testlist="t")
     build_job(spec)
-    assert "scipy.special" in sys.modules and stats._median_ci_ranks.cache_info().currsize == 1
+    assert stats._median_ci_ranks.cache_info().currsize == 1        # the ranks, and SciPy with them, are loaded

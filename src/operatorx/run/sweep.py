@@ -303,12 +303,18 @@ def _new_run(config: RunConfig, reporter: Reporter, ab: Optional[ABJob] = None,
         source, chosen = _chosen(config)
         store = Store(config.db)
         tasks = _begin(spec, store, chosen, {**source, **(info or {})})
+        _stop(slots[len(tasks):])          # fewer cases than GPUs: the extra workers go now
+        return _execute(spec, store, tasks, reporter, slots[:len(tasks)] or None)
     except BaseException:
-        for slot in slots:                 # a bad testlist or store: the early workers go at once
-            slot.kill()
-            slot.close()
+        _stop(slots)                       # a bad testlist or store, or Ctrl-C before the run began
         raise
-    return _execute(spec, store, tasks, reporter, slots or None)
+
+
+def _stop(slots: list[SlotLike]) -> None:
+    """Kill and close `slots` (whatever their workers are doing); closing twice is harmless."""
+    for slot in slots:
+        slot.kill()
+        slot.close()
 
 
 def _timing_used(config: RunConfig) -> dict[str, Any]:

@@ -72,6 +72,8 @@ class WorkerProcess:
     _inbox: queue.Queue[Optional[WorkerMessage]] = field(default_factory=queue.Queue, init=False)
     _log_path: Optional[Path] = field(default=None, init=False)
     _t_spawn: float = field(default=0.0, init=False)
+    _t_ready: Optional[float] = field(default=None, init=False)
+    """When `ready` arrived (the reader's clock), not when the parent came to read it."""
 
     def start(self, timeout_s: float = WORKER_START_TIMEOUT_S) -> dict[str, Any]:
         """Spawn the worker and wait for it to be ready; its info (device, software, L2 probe)."""
@@ -104,7 +106,8 @@ class WorkerProcess:
             raise WorkerStartError(f"worker {self.name} did not start: {reason}\n{self.stderr_tail()}".rstrip())
         self.info = msg.body.get("info", {})
         if isinstance(self.info.get("startup_s"), dict):     # spawn to ready: Python, imports, CUDA, the job
-            self.info["startup_s"]["spawn_to_ready"] = round(time.monotonic() - self._t_spawn, 4)
+            ready_at = self._t_ready if self._t_ready is not None else time.monotonic()
+            self.info["startup_s"]["spawn_to_ready"] = round(ready_at - self._t_spawn, 4)
         return self.info
 
     def _read(self) -> None:
@@ -112,6 +115,8 @@ class WorkerProcess:
         for line in self.proc.stdout:
             msg = parse(line)
             if msg is not None:
+                if msg.kind == "ready":
+                    self._t_ready = time.monotonic()
                 self._inbox.put(msg)
         self._inbox.put(None)                          # end of stream: the worker is gone
 
@@ -220,42 +225,68 @@ class Slot:
     worker: Optional[WorkerProcess] = field(default=None, init=False)
     """The ready worker (None until one is)."""
     started_workers: int = field(default=0, init=False)
-    _spawned: Optional[WorkerProcess] = field(default=None, init=False)
+    _starting: Optional[WorkerProcess] = field(default=None, init=False)
+    """The worker spawned but not ready yet (spawned ahead, or being started): `kill` and `close`
+    reach it there while its slot thread waits for it."""
+    _closed: bool = field(default=False, init=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+
+    def _new_process(self) -> WorkerProcess:
+        self.started_workers += 1
+        return WorkerProcess(spec=self.spec, env=self.env, name=self.name, cpu_share=self.cpu_share)
 
     def spawn_ahead(self) -> None:
         """Start this slot's first worker now, so it gets ready while the parent loads the testlist and
         stores the plan (on the H200 a worker takes ~6 s, the parent's part ~3 s of a 1,000-case run).
         A spawn that fails here is tried again, and reported, by `ensure_worker`."""
-        if self.worker is not None or self._spawned is not None:
-            return
-        proc = WorkerProcess(spec=self.spec, env=self.env, name=self.name, cpu_share=self.cpu_share)
+        with self._lock:
+            if self._closed or self.worker is not None or self._starting is not None:
+                return
+            proc = self._starting = self._new_process()
         try:
             proc.spawn()
-        except OSError:
+        except Exception:  # noqa: BLE001 - ensure_worker tries again and reports why it cannot start
             proc.kill()
             proc.discard_log()
-            return
-        self.started_workers += 1
-        self._spawned = proc
+            with self._lock:
+                if self._starting is proc:
+                    self._starting = None
 
     def ensure_worker(self) -> dict[str, Any]:
-        """A ready worker (the one spawned ahead, or a fresh one if there is none); its info."""
-        if self.worker is None or not self.worker.alive():
+        """A ready worker (the one spawned ahead, or a fresh one if there is none); its info.
+        WorkerStartError when it cannot start, or when the slot was killed or closed meanwhile."""
+        with self._lock:
+            if self.worker is not None and self.worker.alive():
+                return self.worker.info
             if self.worker is not None:
                 self.worker.discard_log()
-            self.worker, ahead, self._spawned = None, self._spawned, None
-            proc = ahead or WorkerProcess(spec=self.spec, env=self.env, name=self.name, cpu_share=self.cpu_share)
-            try:
-                if ahead is None:
-                    self.started_workers += 1
-                    proc.spawn()
-                proc.wait_ready()
-            except (WorkerStartError, OSError):
-                proc.kill()
-                proc.discard_log()
-                raise
-            self.worker = proc
-        return self.worker.info
+                self.worker = None
+            if self._closed:
+                raise WorkerStartError(f"worker {self.name}: the slot is closed")
+            proc, ahead = self._starting, self._starting is not None
+            if proc is None:
+                proc = self._starting = self._new_process()
+        try:
+            if not ahead:
+                proc.spawn()
+            proc.wait_ready()
+        except Exception:
+            proc.kill()
+            proc.discard_log()
+            with self._lock:
+                if self._starting is proc:
+                    self._starting = None
+            raise
+        with self._lock:
+            if self._starting is not proc:           # killed or closed while it started
+                stopped = True
+            else:
+                stopped, self._starting, self.worker = False, None, proc
+        if stopped:
+            proc.kill()
+            proc.discard_log()
+            raise WorkerStartError(f"worker {self.name} was stopped while it started")
+        return proc.info
 
     def run(self, index: int, case: Case, deadline_s: float, stop: threading.Event) -> CaseOutcome:
         self.ensure_worker()
@@ -269,12 +300,17 @@ class Slot:
         return outcome
 
     def kill(self) -> None:
-        for proc in (self.worker, self._spawned):
-            if proc is not None:
-                proc.kill()
+        """SIGKILL to the worker, ready or starting (a starting one's slot thread then gets WorkerStartError)."""
+        with self._lock:
+            procs = [p for p in (self.worker, self._starting) if p is not None]
+        for proc in procs:
+            proc.kill()
 
     def close(self) -> None:
-        for proc in (self.worker, self._spawned):
-            if proc is not None:
-                proc.stop()
-        self.worker = self._spawned = None
+        """Stop the worker, ready or starting; no worker starts in this slot afterwards."""
+        with self._lock:
+            self._closed = True
+            procs = [p for p in (self.worker, self._starting) if p is not None]
+            self.worker = self._starting = None
+        for proc in procs:
+            proc.stop()
