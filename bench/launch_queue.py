@@ -10,7 +10,7 @@ room, the host's measured enqueue time then grows with the spin (and the next sp
 the calls past that point run paced by the host.
 
 Part 1, capacity: behind a 200 ms GPU spin, launch the same call over and over and find the first
-one that blocks the host (> 100 µs): a one-kernel call with a small argument block
+one that blocks the host (> 10 ms): a one-kernel call with a small argument block
 (`torch.cuda._sleep`), a one-kernel elementwise op, and one [flush, call] iteration of an FP8 case.
 Part 2, regime: time batches of n calls of that FP8 case with a spin long enough for the whole
 batch, n below and above the capacity: median span, lag-1 autocorrelation of the spans, starved
@@ -30,7 +30,8 @@ import numpy as np
 
 SPIN_S = 0.2
 CLOCK_HZ = 1.98e9
-BLOCKED_S = 100e-6
+BLOCKED_S = 10e-3   # a launch that waited this long waited for the spin (a [flush, call] of a
+                    # 10-kernel FP8 case takes ~0.5 ms to enqueue; the first add_ ~0.1 ms)
 
 
 def first_blocked(call: Callable[[], Any], tries: int) -> tuple[int | None, float]:
