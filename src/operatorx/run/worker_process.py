@@ -75,11 +75,6 @@ class WorkerProcess:
     _t_ready: Optional[float] = field(default=None, init=False)
     """When `ready` arrived (the reader's clock), not when the parent came to read it."""
 
-    def start(self, timeout_s: float = WORKER_START_TIMEOUT_S) -> dict[str, Any]:
-        """Spawn the worker and wait for it to be ready; its info (device, software, L2 probe)."""
-        self.spawn()
-        return self.wait_ready(timeout_s)
-
     def spawn(self) -> None:
         """Start the process and hand it the job; it gets ready (Python, torch, CUDA, CUPTI: ~6 s on
         the H200) while the caller does other work."""
@@ -246,11 +241,7 @@ class Slot:
         try:
             proc.spawn()
         except Exception:  # noqa: BLE001 - ensure_worker tries again and reports why it cannot start
-            proc.kill()
-            proc.discard_log()
-            with self._lock:
-                if self._starting is proc:
-                    self._starting = None
+            self._drop(proc)
 
     def ensure_worker(self) -> dict[str, Any]:
         """A ready worker (the one spawned ahead, or a fresh one if there is none); its info.
@@ -271,22 +262,24 @@ class Slot:
                 proc.spawn()
             proc.wait_ready()
         except Exception:
-            proc.kill()
-            proc.discard_log()
-            with self._lock:
-                if self._starting is proc:
-                    self._starting = None
+            self._drop(proc)
             raise
         with self._lock:
-            if self._starting is not proc:           # killed or closed while it started
-                stopped = True
-            else:
-                stopped, self._starting, self.worker = False, None, proc
+            stopped = self._starting is not proc     # killed or closed while it started
+            if not stopped:
+                self._starting, self.worker = None, proc
         if stopped:
-            proc.kill()
-            proc.discard_log()
+            self._drop(proc)
             raise WorkerStartError(f"worker {self.name} was stopped while it started")
         return proc.info
+
+    def _drop(self, proc: WorkerProcess) -> None:
+        """Kill a worker that did not become this slot's, and forget it."""
+        proc.kill()
+        proc.discard_log()
+        with self._lock:
+            if self._starting is proc:
+                self._starting = None
 
     def run(self, index: int, case: Case, deadline_s: float, stop: threading.Event) -> CaseOutcome:
         self.ensure_worker()
