@@ -4,7 +4,8 @@ Steps (bench/h200_timing.sh runs them all in one device call):
   python bench/timing_accuracy.py ours  OUT   # kernels / events / graph (cold_clean), kernels twice, + warm/dirty
                                               # (ACC_PASSES=kernels_1,kernels_2: the two kernels passes only;
                                               # kernels_3 a third; ACC_CASES=fp8_ those cases only;
-                                              # ACC_SHARED_FLUSH=1 one flush buffer across passes)
+                                              # ACC_SHARED_FLUSH=1 one flush buffer across passes;
+                                              # ACC_FLUSH_L2X=4 a flush buffer of 4x the L2, not 2x)
   python bench/timing_accuracy.py cupti OUT   # independent reference: cupti-python, one call per window
   ncu ... python bench/timing_accuracy.py ncu-child   # each op 5x in an NVTX range, for Nsight Compute
   python bench/timing_accuracy.py table OUT [NCU_CSV]  # the ratio table, run-to-run spread, s/case
@@ -97,7 +98,9 @@ def ours(out: Path) -> None:
         settings = TimingSettings(mode=mode, l2_state=l2)  # type: ignore[arg-type]
         timer = timers.get((mode, l2)) if shared_flush else None
         if timer is None:
-            timer = timers[(mode, l2)] = device_timer(settings, _l2(), clock)
+            # the flusher zeroes 2x the L2 it is given: ACC_FLUSH_L2X=4 gives it twice the L2
+            l2_given = _l2() * float(os.environ.get("ACC_FLUSH_L2X", "2")) / 2
+            timer = timers[(mode, l2)] = device_timer(settings, int(l2_given), clock)
         rows = {}
         t_pass = time.perf_counter()
         for name, case, p in ops:

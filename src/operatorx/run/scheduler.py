@@ -1,7 +1,10 @@
 """Hand the cases of a run to slots (one per GPU, CPU share or Ray actor), as each slot frees up.
 
 Never a fixed split: a slot takes the next case when it is done with its last, so a slow GPU or
-a long case does not hold the others back. The scheduler decides what a failure means for the
+a long case does not hold the others back. A local worker is handed one case ahead (it waits in
+the worker's stdin), so the worker starts it the moment the last one ends instead of waiting for
+the parent's round trip; near the end of the run, when fewer cases wait than there are slots,
+none is sent ahead, so a case never waits behind a long one while another GPU is idle. The scheduler decides what a failure means for the
 case (retry it in a fresh worker, or give it its final `error` row) and hands every final row to
 `on_row` in the calling thread, which owns the store.
 """
@@ -14,13 +17,13 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Optional, Protocol
+from typing import Any, Optional, Protocol, runtime_checkable
 
 from operatorx.run.faults import KILLS_ALLOWED, RETRIED_KINDS
 from operatorx.run.worker_process import CaseOutcome
 from operatorx.spec import Case
 
-__all__ = ["Task", "SlotLike", "Scheduler", "SchedulerEvents"]
+__all__ = ["Task", "SlotLike", "SendsAhead", "Scheduler", "SchedulerEvents"]
 
 
 @dataclass
@@ -39,6 +42,15 @@ class SlotLike(Protocol):
     def run(self, index: int, case: Case, deadline_s: float, stop: threading.Event) -> CaseOutcome: ...
     def kill(self) -> None: ...
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class SendsAhead(Protocol):
+    """A slot whose worker can be handed its next case while it runs the current one (local
+    workers: the case waits in the worker's stdin). Ray actors and the inline slot cannot."""
+
+    def send_case(self, index: int, case: Case) -> bool: ...
+    def await_case(self, index: int, deadline_s: float, stop: threading.Event) -> CaseOutcome: ...
 
 
 class SchedulerEvents(Protocol):
@@ -91,35 +103,67 @@ class Scheduler:
         finally:
             self._events.put(_Event("slot_done", slot.name))
 
+    def _take_ahead(self) -> Optional[Task]:
+        """The next case if one is waiting (never blocks), to send to a worker before it needs it."""
+        with self._lock:
+            if self._done or self.stop.is_set() or len(self._pending) <= len(self.slots):
+                return None
+            self._in_flight += 1
+            return self._pending.popleft()
+
+    def _give_back(self, task: Task) -> None:
+        """A case sent ahead that its worker never started (the worker ended first, or the run is
+        stopping): first in line again, nothing counted against it."""
+        with self._lock:
+            self._in_flight -= 1
+            self._pending.appendleft(task)
+            self._lock.notify_all()
+
     def _serve_slot(self, slot: SlotLike) -> None:
         start_failures = 0
+        ahead: Optional[Task] = None
+        """Sent to the slot's worker, to start as soon as the case before it ends (slots with `send_case`)."""
+        ahead_slot = slot if isinstance(slot, SendsAhead) else None
         while True:
-            task = self._take()
+            task, was_sent = (ahead, True) if ahead is not None else (self._take(), False)
+            ahead = None
             if task is None:
                 break
-            try:
-                fresh = getattr(slot, "worker", True) is None
-                info = slot.ensure_worker()
-                if fresh:
-                    self._events.put(_Event("ready", slot.name, info=info))
-                start_failures = 0
-            except Exception as err:  # noqa: BLE001 - a slot that cannot start a worker gives its case back
-                start_failures += 1
-                with self._lock:
-                    self._in_flight -= 1
-                    self._pending.appendleft(task)
-                    self._lock.notify_all()
-                if start_failures >= 2:
-                    self._events.put(_Event("slot_failed", slot.name, message=str(err)))
-                    break
-                continue
+            if not was_sent:
+                try:
+                    fresh = getattr(slot, "worker", True) is None
+                    info = slot.ensure_worker()
+                    if fresh:
+                        self._events.put(_Event("ready", slot.name, info=info))
+                    start_failures = 0
+                except Exception as err:  # noqa: BLE001 - a slot that cannot start a worker gives its case back
+                    start_failures += 1
+                    self._give_back(task)
+                    if start_failures >= 2:
+                        self._events.put(_Event("slot_failed", slot.name, message=str(err)))
+                        break
+                    continue
             self._events.put(_Event("started", slot.name, task=task))
             try:
-                outcome = slot.run(task.index, task.case, self.deadline_s, self.stop)
+                if ahead_slot is not None:
+                    if not was_sent:
+                        ahead_slot.send_case(task.index, task.case)   # a dead worker: await_case says crashed
+                    ahead = self._take_ahead()
+                    if ahead is not None and not ahead_slot.send_case(ahead.index, ahead.case):
+                        self._give_back(ahead)
+                        ahead = None
+                    outcome = ahead_slot.await_case(task.index, self.deadline_s, self.stop)
+                else:
+                    outcome = slot.run(task.index, task.case, self.deadline_s, self.stop)
             except BaseException as err:  # noqa: BLE001 - the slot's own failure is this case's row, never a hang
                 slot.kill()
                 outcome = CaseOutcome(index=task.index, failure="crashed", worker_replaced=True,
                                       detail=f"failed in the sweep itself: {type(err).__name__}: {err}")
+            if ahead is not None and (outcome.worker_replaced or self.stop.is_set()):
+                if not outcome.worker_replaced:
+                    slot.kill()          # stopping: the worker would start the case sent ahead
+                self._give_back(ahead)
+                ahead = None
             self._events.put(_Event("finished", slot.name, task=task, outcome=outcome))
 
     # --- the calling thread -------------------------------------------------------------------

@@ -127,18 +127,33 @@ class WorkerProcess:
 
     def run_case(self, index: int, case: Case, deadline_s: float, stop: threading.Event) -> CaseOutcome:
         """Hand one case over and wait for its row, at most `deadline_s` seconds."""
+        if not self.send_case(index, case):
+            return self._failure(index, "crashed", time.monotonic())
+        return self.await_case(index, deadline_s, stop)
+
+    def send_case(self, index: int, case: Case) -> bool:
+        """Write the case to the worker's stdin; False when the pipe is gone (the worker died). The
+        worker reads it when it is done with the case before, so a case sent ahead starts at once."""
         assert self.proc is not None and self.proc.stdin is not None
-        t0 = time.monotonic()
         try:
             send(self.proc.stdin, "case", index=index, case=case.to_json())
         except (BrokenPipeError, OSError):
-            return self._failure(index, "crashed", t0)
+            return False
+        return True
+
+    def await_case(self, index: int, deadline_s: float, stop: threading.Event) -> CaseOutcome:
+        """Wait for the row of a case already sent. Its `deadline_s` counts from its `started` (or
+        from now until then: a case sent ahead waits for the one before it, not on its own clock)."""
+        t0 = time.monotonic()
         deadline = t0 + deadline_s
         while True:
             msg = self._next(min(deadline, time.monotonic() + 0.25))
             if msg is not None and msg.kind == "row" and msg.body.get("index") == index:
                 return CaseOutcome(index=index, row=msg.body["row"], worker_replaced=bool(msg.body.get("replace")),
                                    seconds=time.monotonic() - t0)
+            if msg is not None and msg.kind == "started" and msg.body.get("index") == index:
+                t0 = time.monotonic()
+                deadline = t0 + deadline_s
             if msg is not None:
                 continue                               # `started`, or a stray line
             if not self.alive() and self._inbox.empty():
@@ -284,8 +299,26 @@ class Slot:
     def run(self, index: int, case: Case, deadline_s: float, stop: threading.Event) -> CaseOutcome:
         self.ensure_worker()
         assert self.worker is not None
-        outcome = self.worker.run_case(index, case, deadline_s, stop)
-        if outcome.worker_replaced:
+        return self._settled(self.worker.run_case(index, case, deadline_s, stop))
+
+    def send_case(self, index: int, case: Case) -> bool:
+        """Hand a case to the ready worker without waiting (`await_case` collects its row): the
+        scheduler sends the next case while this one runs, so the worker never waits for the parent
+        between cases (~1.9 ms a case on the H200, the parent's threads sharing one GIL)."""
+        worker = self.worker
+        return worker is not None and worker.alive() and worker.send_case(index, case)
+
+    def await_case(self, index: int, deadline_s: float, stop: threading.Event) -> CaseOutcome:
+        """The row of a case handed over with `send_case`."""
+        worker = self.worker
+        if worker is None:
+            return CaseOutcome(index=index, failure="crashed", worker_replaced=True,
+                               detail="the worker was gone before the case started")
+        return self._settled(worker.await_case(index, deadline_s, stop))
+
+    def _settled(self, outcome: CaseOutcome) -> CaseOutcome:
+        """Retire the worker when the case ended it (a failure, or a row that asks for a fresh one)."""
+        if outcome.worker_replaced and self.worker is not None:
             self.worker.wait(10.0)                   # it exits by itself after a poisoning case
             self.worker.kill()
             self.worker.discard_log()

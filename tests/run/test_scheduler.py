@@ -1,0 +1,123 @@
+"""The scheduler hands a local worker its next case ahead, and takes it back whenever the worker
+will not start it: the worker ended with the case before, or the run is stopping. Fake slots, no
+processes: what is checked is which case ran where, and that every case ends exactly once."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from operatorx.run.scheduler import Scheduler, SendsAhead, Task
+from operatorx.run.worker_process import CaseOutcome
+from operatorx.spec import Case
+from tests.conftest import gemm
+
+
+def _tasks(n: int) -> list[Task]:
+    return [Task(index=i, case=Case.model_validate(gemm(m=i + 1))) for i in range(n)]
+
+
+@dataclass
+class FakeSlot:
+    """A worker that runs the cases it was sent in order. `crash_on` ends its worker (as a
+    segfault would): whatever was sent after that case is lost with it."""
+
+    name: str
+    crash_on: set[int] = field(default_factory=set)
+    stop_after: Optional[threading.Event] = None
+    """Set this event when the first case ends (a SIGTERM arriving mid-run)."""
+    worker: Optional[int] = field(default=None, init=False)
+    queue: list[int] = field(default_factory=list, init=False)
+    ran: list[tuple[int, int]] = field(default_factory=list, init=False)
+    """(worker number, case index) of every case a worker started."""
+    sent_ahead: int = field(default=0, init=False)
+    workers_started: int = field(default=0, init=False)
+
+    def ensure_worker(self) -> dict[str, Any]:
+        if self.worker is None:
+            self.workers_started += 1
+            self.worker, self.queue = self.workers_started, []
+        return {}
+
+    def send_case(self, index: int, case: Case) -> bool:
+        if self.worker is None:
+            return False
+        if self.queue:
+            self.sent_ahead += 1
+        self.queue.append(index)
+        return True
+
+    def await_case(self, index: int, deadline_s: float, stop: threading.Event) -> CaseOutcome:
+        assert self.worker is not None and self.queue[0] == index, (self.queue, index)
+        self.queue.pop(0)
+        self.ran.append((self.worker, index))
+        if self.stop_after is not None:
+            self.stop_after.set()
+        if index in self.crash_on:
+            self.crash_on.discard(index)            # a fresh worker runs it fine
+            self.worker, self.queue = None, []
+            return CaseOutcome(index=index, failure="crashed", worker_replaced=True, detail="segfault")
+        return CaseOutcome(index=index, row={"status": "ok"})
+
+    def run(self, index: int, case: Case, deadline_s: float, stop: threading.Event) -> CaseOutcome:
+        raise AssertionError("a slot that sends ahead is driven by send_case/await_case")
+
+    def kill(self) -> None:
+        self.worker, self.queue = None, []
+
+    def close(self) -> None:
+        self.kill()
+
+
+class Events:
+    def __init__(self) -> None:
+        self.finished: list[tuple[int, Optional[str]]] = []
+
+    def worker_ready(self, slot: str, info: dict[str, Any]) -> None: ...
+    def case_started(self, slot: str, task: Task) -> None: ...
+    def slot_failed(self, slot: str, message: str) -> None: ...
+
+    def case_finished(self, slot: str, task: Task, outcome: CaseOutcome) -> None:
+        self.finished.append((task.index, outcome.failure))
+
+
+def test_a_local_slot_is_sent_its_next_case_while_it_runs_one():
+    slot, events = FakeSlot("gpu0"), Events()
+    assert isinstance(slot, SendsAhead)
+    Scheduler([slot], _tasks(6), deadline_s=10, grace_s=1, events=events).run()
+    assert [i for _, i in slot.ran] == [0, 1, 2, 3, 4, 5]
+    assert sorted(events.finished) == [(i, None) for i in range(6)]
+    # ahead while more cases wait than there are slots: after 0..4 are sent, one case is left
+    assert slot.sent_ahead == 4
+
+
+def test_the_case_sent_ahead_is_given_back_when_the_worker_dies_and_runs_once_in_a_fresh_one():
+    slot, events = FakeSlot("gpu0", crash_on={2}), Events()
+    Scheduler([slot], _tasks(6), deadline_s=10, grace_s=1, events=events).run()
+    # case 3 was sent to worker 1 behind case 2; worker 1 died with case 2 before starting it, so 3
+    # runs once, in worker 2; case 2 is tried once more in a fresh worker (a crash may be the worker's)
+    assert slot.ran[:3] == [(1, 0), (1, 1), (1, 2)]
+    assert sorted(slot.ran[3:]) == [(2, 2), (2, 3), (2, 4), (2, 5)]
+    assert sorted(events.finished) == [(i, None) for i in range(6)]
+    assert slot.workers_started == 2
+
+
+def test_a_stopping_run_takes_back_the_case_sent_ahead_and_leaves_it_unrun():
+    stop = threading.Event()
+    slot, events = FakeSlot("gpu0", stop_after=stop), Events()
+    scheduler = Scheduler([slot], _tasks(5), deadline_s=10, grace_s=1, events=events)
+    scheduler.stop = stop
+    scheduler.run()
+    assert slot.ran == [(1, 0)]                 # case 1 was sent ahead, never started
+    assert events.finished == [(0, None)]
+    assert [t.index for t in scheduler.unrun] == [1, 2, 3, 4]
+    assert scheduler.interrupted
+
+
+def test_near_the_end_no_case_is_sent_ahead_so_none_waits_behind_a_busy_worker():
+    slots = [FakeSlot("gpu0"), FakeSlot("gpu1")]
+    events = Events()
+    Scheduler(slots, _tasks(3), deadline_s=10, grace_s=1, events=events).run()
+    assert sum(s.sent_ahead for s in slots) == 0        # 3 cases, 2 slots: never more waiting than slots
+    assert sorted(i for s in slots for _, i in s.ran) == [0, 1, 2]
