@@ -20,6 +20,8 @@ log=$OUT/log.txt
   done
   if [[ "${SKIP_BENCH:-0}" != 1 ]]; then
   echo "== ours"; python3 bench/timing_accuracy.py ours "$OUT" 2>&1 | grep -v Warning
+  echo "== ours again, a second process (kernels_1)"; mkdir -p "$OUT/again"
+  ACC_PASSES=kernels_1 python3 bench/timing_accuracy.py ours "$OUT/again" 2>&1 | grep -v Warning
   echo "== cupti reference"; python3 bench/timing_accuracy.py cupti "$OUT" 2>&1 | grep -v Warning | tail -3
   fi
   if [[ "${SKIP_NCU:-0}" != 1 && "${SKIP_BENCH:-0}" != 1 ]]; then
