@@ -4,9 +4,11 @@ Never a fixed split: a slot takes the next case when it is done with its last, s
 a long case does not hold the others back. A local worker is handed one case ahead (it waits in
 the worker's stdin), so the worker starts it the moment the last one ends instead of waiting for
 the parent's round trip; near the end of the run, when fewer cases wait than there are slots,
-none is sent ahead, so a case never waits behind a long one while another GPU is idle. The scheduler decides what a failure means for the
-case (retry it in a fresh worker, or give it its final `error` row) and hands every final row to
-`on_row` in the calling thread, which owns the store.
+none is sent ahead, so a case never waits behind a long one while another GPU is idle.
+
+The scheduler decides what a failure means for the case (retry it in a fresh worker, or give it
+its final `error` row) and hands every final row to `on_row` in the calling thread, which owns the
+store.
 """
 
 from __future__ import annotations
