@@ -52,6 +52,17 @@ def test_every_planted_fault_is_its_own_error_and_the_rest_is_ok(tmp_path, write
     assert Store(str(tmp_path / "ox.db")).unfinished(outcome.run_id) == []
 
 
+def test_a_hang_times_out_while_a_long_case_waits_behind_it(tmp_path, write_testlist):
+    """A case too long for the worker's stdin pipe is not sent ahead: written behind a hanging case it
+    would block the parent's write, and the hang's deadline with it (the run never ended)."""
+    cases = [fp32(1)] + [{**fp32(m), "metadata": {"blob": "x" * 100_000}} for m in OK_M]
+    outcome = run_testlist(config(tmp_path, write_testlist(cases), case_timeout_s=3, workers=1))
+    by_m = {r.case.args.m: r for r in outcome.rows}
+    assert outcome.state == "finished"
+    assert (by_m[1].status, by_m[1].error_kind) == ("error", "timeout")
+    assert [by_m[m].status for m in OK_M] == ["ok"] * 3
+
+
 def test_a_timeout_is_not_retried_and_takes_only_its_case(tmp_path, write_testlist):
     outcome = run_testlist(config(tmp_path, write_testlist([fp32(1), fp32(16)]), case_timeout_s=10))
     hung, ok = sorted(outcome.rows, key=lambda r: r.case.args.m)

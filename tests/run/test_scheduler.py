@@ -27,6 +27,8 @@ class FakeSlot:
     crash_on: set[int] = field(default_factory=set)
     stop_after: Optional[threading.Event] = None
     """Set this event when the first case ends (a SIGTERM arriving mid-run)."""
+    refuse_ahead: set[int] = field(default_factory=set)
+    """Sending these ahead raises (and sending them to an idle worker does not)."""
     worker: Optional[int] = field(default=None, init=False)
     queue: list[int] = field(default_factory=list, init=False)
     ran: list[tuple[int, int]] = field(default_factory=list, init=False)
@@ -40,9 +42,12 @@ class FakeSlot:
             self.worker, self.queue = self.workers_started, []
         return {}
 
-    def send_case(self, index: int, case: Case) -> bool:
+    def send_case(self, index: int, case: Case, ahead: bool = False) -> bool:
         if self.worker is None:
             return False
+        if ahead and index in self.refuse_ahead:
+            raise ValueError(f"case {index} cannot be encoded ahead")
+        assert ahead == bool(self.queue), "a case is sent ahead exactly when its worker is busy"
         if self.queue:
             self.sent_ahead += 1
         self.queue.append(index)
@@ -121,3 +126,10 @@ def test_near_the_end_no_case_is_sent_ahead_so_none_waits_behind_a_busy_worker()
     Scheduler(slots, _tasks(3), deadline_s=10, grace_s=1, events=events).run()
     assert sum(s.sent_ahead for s in slots) == 0        # 3 cases, 2 slots: never more waiting than slots
     assert sorted(i for s in slots for _, i in s.ran) == [0, 1, 2]
+
+
+def test_a_case_that_fails_to_be_sent_ahead_is_not_charged_to_the_running_one():
+    slot, events = FakeSlot("gpu0", refuse_ahead={2}), Events()
+    Scheduler([slot], _tasks(5), deadline_s=10, grace_s=1, events=events).run()
+    assert sorted(events.finished) == [(i, None) for i in range(5)]     # case 1 ran while 2 failed to go ahead
+    assert [i for _, i in slot.ran] == [0, 1, 2, 3, 4] and slot.workers_started == 1

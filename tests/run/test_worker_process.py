@@ -4,19 +4,25 @@ inbox by hand; no process)."""
 
 from __future__ import annotations
 
+import io
 import threading
 import time
 
 from operatorx.run.config import RunConfig
 from operatorx.run.job import JobSpec
 from operatorx.run.protocol import WorkerMessage
-from operatorx.run.worker_process import WorkerProcess
+from operatorx.run.worker_process import AHEAD_MAX_BYTES, WorkerProcess
+from operatorx.spec import Case
+from tests.conftest import gemm
 
 
 class _Running:
     """Stands in for the Popen of a worker that stays alive."""
 
     pid = -1
+
+    def __init__(self) -> None:
+        self.stdin = io.StringIO()
 
     def poll(self) -> None:
         return None
@@ -54,3 +60,15 @@ def test_a_case_that_never_answers_after_its_start_times_out():
     outcome = worker.await_case(3, deadline_s=0.6, stop=threading.Event())
     assert outcome.failure == "timeout" and outcome.worker_replaced and killed == [True]
     assert 0.75 < time.monotonic() - t0 < 2.0       # 0.6 s counted from the start at 0.2 s
+
+
+def test_a_case_too_long_for_the_pipe_is_not_sent_ahead_but_is_sent_to_an_idle_worker():
+    worker = _worker()
+    small = Case.model_validate(gemm(m=1))
+    big = Case.model_validate({**gemm(m=2), "metadata": {"blob": "x" * AHEAD_MAX_BYTES}})
+    assert worker.send_case(0, small, ahead=True)
+    assert not worker.send_case(1, big, ahead=True)
+    lines = worker.proc.stdin.getvalue().splitlines()       # type: ignore[union-attr]
+    assert len(lines) == 1 and '"index": 0' in lines[0]
+    assert worker.send_case(1, big)                          # the worker is reading: any size goes
+    assert len(worker.proc.stdin.getvalue().splitlines()) == 2    # type: ignore[union-attr]

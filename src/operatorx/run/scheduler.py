@@ -3,8 +3,9 @@
 Never a fixed split: a slot takes the next case when it is done with its last, so a slow GPU or
 a long case does not hold the others back. A local worker is handed one case ahead (it waits in
 the worker's stdin), so the worker starts it the moment the last one ends instead of waiting for
-the parent's round trip; near the end of the run, when fewer cases wait than there are slots,
-none is sent ahead, so a case never waits behind a long one while another GPU is idle.
+the parent's round trip. Near the end of the run, when no more cases wait than there are slots,
+none is sent ahead, so the last cases do not queue behind a long one while another GPU is idle (a
+case sent ahead earlier can still wait behind its worker's current one).
 
 The scheduler decides what a failure means for the case (retry it in a fresh worker, or give it
 its final `error` row) and hands every final row to `on_row` in the calling thread, which owns the
@@ -51,7 +52,7 @@ class SendsAhead(Protocol):
     """A slot whose worker can be handed its next case while it runs the current one (local
     workers: the case waits in the worker's stdin). Ray actors and the inline slot cannot."""
 
-    def send_case(self, index: int, case: Case) -> bool: ...
+    def send_case(self, index: int, case: Case, ahead: bool = False) -> bool: ...
     def await_case(self, index: int, deadline_s: float, stop: threading.Event) -> CaseOutcome: ...
 
 
@@ -121,6 +122,22 @@ class Scheduler:
             self._pending.appendleft(task)
             self._lock.notify_all()
 
+    def _send_ahead(self, slot: SendsAhead) -> Optional[Task]:
+        """Take the next case and hand it to `slot`'s busy worker; the case, or None when there was
+        none to take or it was not sent (too long to wait in the pipe, or the worker is gone: it is
+        given back). A failure to send is never the running case's."""
+        ahead = self._take_ahead()
+        if ahead is None:
+            return None
+        try:
+            sent = slot.send_case(ahead.index, ahead.case, ahead=True)
+        except Exception:  # noqa: BLE001 - e.g. a case that will not encode: its own turn reports it
+            sent = False
+        if not sent:
+            self._give_back(ahead)
+            return None
+        return ahead
+
     def _serve_slot(self, slot: SlotLike) -> None:
         start_failures = 0
         ahead: Optional[Task] = None
@@ -150,10 +167,7 @@ class Scheduler:
                 if ahead_slot is not None:
                     if not was_sent:
                         ahead_slot.send_case(task.index, task.case)   # a dead worker: await_case says crashed
-                    ahead = self._take_ahead()
-                    if ahead is not None and not ahead_slot.send_case(ahead.index, ahead.case):
-                        self._give_back(ahead)
-                        ahead = None
+                    ahead = self._send_ahead(ahead_slot)
                     outcome = ahead_slot.await_case(task.index, self.deadline_s, self.stop)
                 else:
                     outcome = slot.run(task.index, task.case, self.deadline_s, self.stop)
