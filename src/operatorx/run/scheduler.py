@@ -140,8 +140,8 @@ class Scheduler:
 
     def _serve_slot(self, slot: SlotLike) -> None:
         start_failures = 0
+        # sent to the slot's worker, to start as soon as the case before it ends (SendsAhead slots only)
         ahead: Optional[Task] = None
-        """Sent to the slot's worker, to start as soon as the case before it ends (slots with `send_case`)."""
         ahead_slot = slot if isinstance(slot, SendsAhead) else None
         while True:
             task, was_sent = (ahead, True) if ahead is not None else (self._take(), False)
