@@ -86,7 +86,8 @@ class TimingPhases(Part):
     warmup_s: Optional[float] = doc("warmup calls, each synchronized", "s")
     batches_s: Optional[float] = doc("the timed batches, wall time (host loop, synchronize, reading the records)",
                                      "s")
-    spin_gpu_s: Optional[float] = doc("GPU time of the spins ahead of the batches (the host enqueues meanwhile)", "s")
+    spin_gpu_s: Optional[float] = doc("GPU time of the spins and waits ahead of the batches (the host enqueues "
+                                      "meanwhile; a released wait counted as the host's enqueue time)", "s")
     loop_s: Optional[float] = doc("the whole sampling loop, wall time", "s")
 
 
@@ -125,6 +126,12 @@ class TimingInfo(OpenPart):
                                                 "blocked in a launch, so neither their enqueue time nor their "
                                                 "starved calls resized the next spin", "batches")
     unattributed_activities: Optional[int] = doc("device activities no timed call launched", "count")
+    spin_released_batches: Optional[int] = doc(
+        "batches whose GPU wait the host ended right after its last launch (measure/host_release.py): the "
+        "first batch, and every batch of a multi-kernel call; the others spin a length sized from the last "
+        "batch", "batches")
+    spin_release_unavailable: Optional[str] = doc("why this process spun fixed lengths instead of waiting for "
+                                                  "the host (no Triton, or pinned memory the GPU cannot map)")
     flush_bytes: Optional[int] = doc("size of the L2 flush buffer", "bytes")
     enqueue_us_per_call: Optional[float] = doc("host time to enqueue one [flush, call] with the activity "
                                                "records on (it sizes the spin ahead of each batch)", "µs")

@@ -34,18 +34,23 @@ def scripted(monkeypatch):
     spins: list[int] = []
 
     pause_spins: list[int] = []
+    released: list[bool] = []
+    monkeypatch.setattr(kt, "host_release", lambda: None)      # the fixed spin, unless a test says otherwise
 
     def install(make_calls, queue_left=None):
-        def fake_trace_batch(call, n, flush, spin_cycles, pause_s=0.0, pause_spin_cycles=0):
+        def fake_trace_batch(call, n, flush, spin_cycles, pause_s=0.0, pause_spin_cycles=0, released=False):
             seen.append(n)
             spins.append(spin_cycles)
             pause_spins.append(pause_spin_cycles)
-            left = queue_left(spin_cycles / 2e9, n) if queue_left is not None else None
+            install.released.append(released)
+            held_s = min(spin_cycles / 2e9, n * 50e-6) if released else spin_cycles / 2e9
+            left = queue_left(held_s, n) if queue_left is not None else None
             return TraceBatch(calls=make_calls(len(seen), n), harness_activities=2 * n, unattributed=0,
                               enqueue_s_per_call=50e-6, queue_left_ns=None if left is None else int(left * 1e9))
         monkeypatch.setattr(kt, "trace_batch", fake_trace_batch)
         install.spins = spins
         install.pause_spins = pause_spins
+        install.released = released
         return seen
     return install
 
@@ -276,3 +281,57 @@ def test_an_overflowing_batch_neither_doubles_the_spin_nor_feeds_its_blocked_enq
     assert m.details["starved_calls_dropped"] == 12
     first, second = scripted.spins[0] / seen[0], scripted.spins[1] / seen[1]
     assert second == pytest.approx(first, rel=0.02)         # per call: not doubled, not the blocked host's time
+
+
+def _two_kernel_calls(n: int) -> list[CallTrace]:
+    import itertools
+
+    spread = itertools.cycle([9_000, 10_000, 11_000, 12_000])
+    calls = []
+    for _ in range(n):
+        c = CallTrace([Activity("quant", 1_000, 2_000, 7), Activity("gemm", 3_000, 1_000 + next(spread), 8)],
+                      gap_before_ns=500)
+        c.max_gap_ns = 1_000
+        calls.append(c)
+    return calls
+
+
+def test_an_untrimmed_spin_waits_for_the_host_and_counts_only_what_it_waited(scripted, monkeypatch):
+    """With the host-released wait available, every batch of a multi-kernel call is released
+    (its spin is never trimmed), its budget still the fixed spin's length, and the GPU time
+    counted for it is the host's enqueue time of the batch (50 µs a call here), not the budget."""
+    monkeypatch.setattr(kt, "host_release", lambda: object())
+    seen = scripted(lambda b, n: _two_kernel_calls(n), queue_left=lambda held_s, n: n * 30e-6)
+    m = _timer(max_time_s=0.05, max_samples=600, rested_call_s=0).measure(lambda: None)
+    assert len(seen) >= 2 and all(scripted.released)
+    for n, cycles in zip(seen[1:], scripted.spins[1:], strict=True):
+        assert cycles / 2e9 == pytest.approx(kt._SPIN_MARGIN * 50e-6 * n, rel=1e-3)
+    t = m.details
+    assert t["spin_released_batches"] == len(seen)
+    assert t["phases"]["spin_gpu_s"] == pytest.approx(sum(seen) * 50e-6, rel=1e-6)
+
+
+def test_a_single_kernel_call_is_released_only_until_its_spin_can_be_trimmed(scripted, monkeypatch):
+    """The first batch waits for the host; from then on the spin is trimmed to the host's lag
+    (sized from what the released wait really held: n x 50 µs), which lets the GPU start early."""
+    import itertools
+
+    monkeypatch.setattr(kt, "host_release", lambda: object())
+    spread = itertools.cycle([9_000, 10_000, 11_000, 12_000])
+    host_s, gpu_s = 50e-6, 30e-6
+    seen = scripted(lambda b, n: [_call(next(spread)) for _ in range(n)],
+                    queue_left=lambda held_s, n: held_s + n * gpu_s - n * host_s)
+    m = _timer(max_time_s=0.05, max_samples=600, rested_call_s=0).measure(lambda: None)
+    assert len(seen) >= 2
+    assert scripted.released == [True] + [False] * (len(seen) - 1)
+    for n, spin in zip(seen[1:], scripted.spins[1:], strict=True):
+        assert spin / 2e9 == pytest.approx(kt._QUEUE_LEFT_CALLS * 50e-6 + n * (host_s - gpu_s), rel=1e-3)
+    assert m.details["spin_released_batches"] == 1
+
+
+def test_a_rested_attempt_is_never_released(scripted, monkeypatch):
+    """Each rested iteration synchronizes: a held wait ahead of it would sit out its whole budget."""
+    monkeypatch.setattr(kt, "host_release", lambda: object())
+    seen = scripted(lambda b, n: [_call(10_000) for _ in range(n)])
+    _timer(max_time_s=0.02, rested_call_s=0).measure(lambda: None, pause_s=0.001)
+    assert seen and not any(scripted.released)

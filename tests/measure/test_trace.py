@@ -134,3 +134,57 @@ def test_breakdown_of_an_op_that_starves_every_call_is_of_those_calls_and_says_s
                                                       "splitKreduce"}
     clean = kernel_breakdown(TraceBatch(*attribute(_events(), CPU, CUDA), 1e-4), launch_shapes=False)
     assert clean is not None and "host_gaps_included" not in clean
+
+
+class _FakeRelease:
+    def __init__(self, log: list) -> None:
+        self.log = log
+
+    def hold(self, max_cycles: int) -> None:
+        self.log.append(("hold", max_cycles))
+
+    def release(self) -> None:
+        self.log.append("release")
+
+
+def _loop_with(monkeypatch, log: list, call, released: bool = True, pause_s: float = 0.0) -> None:
+    from contextlib import nullcontext
+
+    import torch
+
+    from operatorx.measure import host_release
+    from operatorx.measure.trace import run_marked_loop
+
+    monkeypatch.setattr(host_release, "host_release", lambda: _FakeRelease(log))
+    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: log.append(("sleep", cycles)))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    run_marked_loop(lambda name: nullcontext(), call, 2, lambda: log.append("flush"), 5_000, pause_s=pause_s,
+                    pause_spin_cycles=0, released=released)
+
+
+def test_a_released_spin_holds_before_the_first_launch_and_lets_go_after_the_last(monkeypatch):
+    log: list = []
+    _loop_with(monkeypatch, log, lambda: log.append("call"))
+    assert log == [("hold", 5_000), "flush", "call", "flush", "call", "release"]
+
+
+def test_a_call_that_raises_still_lets_the_gpu_go(monkeypatch):
+    import pytest
+
+    log: list = []
+
+    def boom() -> None:
+        raise RuntimeError("the op failed")
+
+    with pytest.raises(RuntimeError, match="the op failed"):
+        _loop_with(monkeypatch, log, boom)
+    assert log == [("hold", 5_000), "flush", "release"]
+
+
+def test_without_release_or_when_rested_the_spin_is_a_fixed_length(monkeypatch):
+    log: list = []
+    _loop_with(monkeypatch, log, lambda: log.append("call"), released=False)
+    assert log[0] == ("sleep", 5_000) and "release" not in log
+    log.clear()
+    _loop_with(monkeypatch, log, lambda: log.append("call"), pause_s=1e-6)
+    assert log[0] == ("sleep", 5_000) and "release" not in log

@@ -65,7 +65,7 @@ class ActivitySession(Protocol):
     name: str
 
     def batch(self, call: Callable[[], Any], n: int, flush: Optional[Callable[[], None]], spin_cycles: int,
-              pause_s: float = 0.0, pause_spin_cycles: int = 0) -> TraceBatch: ...
+              pause_s: float = 0.0, pause_spin_cycles: int = 0, released: bool = False) -> TraceBatch: ...
 
     def pause(self) -> None: ...
 
@@ -83,14 +83,15 @@ class KinetoSession:
     name = "kineto"
 
     def batch(self, call: Callable[[], Any], n: int, flush: Optional[Callable[[], None]], spin_cycles: int,
-              pause_s: float = 0.0, pause_spin_cycles: int = 0) -> TraceBatch:
+              pause_s: float = 0.0, pause_spin_cycles: int = 0, released: bool = False) -> TraceBatch:
         import torch
         from torch.autograd import DeviceType
         from torch.profiler import ProfilerActivity, profile, record_function
 
         torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            enqueue_s = run_marked_loop(record_function, call, n, flush, spin_cycles, pause_s, pause_spin_cycles)
+            enqueue_s = run_marked_loop(record_function, call, n, flush, spin_cycles, pause_s, pause_spin_cycles,
+                                        released)
             torch.cuda.synchronize()
         calls, harness, unattributed = attribute(prof.profiler.kineto_results.events(), DeviceType.CPU,
                                                  DeviceType.CUDA)
@@ -294,7 +295,7 @@ class CuptiSession:
             self._take()
 
     def batch(self, call: Callable[[], Any], n: int, flush: Optional[Callable[[], None]], spin_cycles: int,
-              pause_s: float = 0.0, pause_spin_cycles: int = 0) -> TraceBatch:
+              pause_s: float = 0.0, pause_spin_cycles: int = 0, released: bool = False) -> TraceBatch:
         import torch
 
         self._resume()
@@ -305,7 +306,7 @@ class CuptiSession:
         try:
             t_begin = now()
             enqueue_s = run_marked_loop(lambda name: _Mark(now, ranges, name), call, n, flush, spin_cycles,
-                                        pause_s, pause_spin_cycles)
+                                        pause_s, pause_spin_cycles, released)
             t_host_end = now()
             torch.cuda.synchronize()
             device, launch_at, dropped = self._take()

@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable
 from typing import Any, Optional
 
+from operatorx.measure.host_release import host_release
+from operatorx.measure.host_release import unavailable_reason as release_unavailable
 from operatorx.measure.l2 import L2Flusher
 from operatorx.measure.loop import GiveUp, capped_stop, stop_reason, warmup
 from operatorx.measure.measurement import Measurement, NotMeasurable
@@ -258,6 +260,7 @@ class KernelTiming:
         empty_batches = 0
         starved_kept = late_kept = overflowed_batches = 0
         gaps_included = False
+        released_batches = 0
         max_calls: Optional[int] = None     # what the launch queue holds (known after the first batch)
         while reason is None:
             n = max(1, min(n, s.max_samples - len(samples_us), max_calls or n))
@@ -265,12 +268,20 @@ class KernelTiming:
             if s.spin and pause_s == 0:
                 spin_s = _SPIN_MARGIN * enqueue_s * n if lead_s is None else _next_spin_s(lead_s, n, enqueue_s)
             spin = self._cycles(spin_s)
+            # an untrimmed spin (the first batch, a multi-kernel call) waits for the host's last launch
+            # instead, `spin` being its longest; a trimmed one lets the GPU start before the host is done
+            release = spin > 0 and pause_s == 0 and lead_s is None and host_release() is not None
             pause_spin = self._cycles(2 * enqueue_s + _PAUSE_SPIN_S) if s.spin else 0
             t_batch = time.perf_counter()
-            batch = trace_batch(call, n, flush, spin, pause_s=pause_s, pause_spin_cycles=pause_spin)
+            batch = trace_batch(call, n, flush, spin, pause_s=pause_s, pause_spin_cycles=pause_spin,
+                                released=release)
             batches_s += time.perf_counter() - t_batch
             batch_call_s = (time.perf_counter() - t_batch) / n
-            spin_gpu_s += (spin + (n * pause_spin if pause_s > 0 else 0)) / self.sm_clock_hz
+            held_s = spin / self.sm_clock_hz
+            if release:                     # the wait ended when the host had enqueued the batch
+                held_s = min(held_s, n * batch.enqueue_s_per_call)
+                released_batches += 1
+            spin_gpu_s += held_s + (n * pause_spin / self.sm_clock_hz if pause_s > 0 else 0)
             batches += 1
             unattributed += batch.unattributed
             records_dropped += batch.records_dropped
@@ -301,7 +312,7 @@ class KernelTiming:
                 # only a single-kernel call's spin is trimmed: the GPU running a multi-kernel call while
                 # the host still launches it grows the gaps between its kernels (its span, not its busy
                 # time): on the H200 such spans read 1-6% longer in a second pass with a trimmed spin
-                lead_s = _host_lead_s(spin / self.sm_clock_hz, n, batch.queue_left_ns / 1e9)
+                lead_s = _host_lead_s(held_s, n, batch.queue_left_ns / 1e9)
             late_kept += sum(c.launched_late > 0 for c in kept)
             samples_us.extend(c.span_ns / 1e3 for c in kept)
             busy_us.extend(c.busy_ns / 1e3 for c in kept)
@@ -330,6 +341,7 @@ class KernelTiming:
                    "batches": batches, "batch_size": s.batch_size,
                    "starved_calls_dropped": starved, "starved_gap_us": STARVED_GAP_NS / 1e3,
                    "spin_short_batches": spin_short, "unattributed_activities": unattributed,
+                   "spin_released_batches": released_batches, "spin_release_unavailable": release_unavailable(),
                    "enqueue_us_per_call": enqueue_s * 1e6, "pause_s": pause_s,
                    "busy_us_median": float(np.median(busy_us)) if busy_us else None,
                    "busy_samples_us": busy_us,        # per kept call, beside samples_us (the spans)

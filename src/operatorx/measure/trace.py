@@ -221,42 +221,56 @@ def attribute(events: Iterable[Any], cpu: Any, cuda: Any) -> tuple[list[CallTrac
 
 def run_marked_loop(mark: Callable[[str], AbstractContextManager[Any]], call: Callable[[], Any], n: int,
                     flush: Optional[Callable[[], None]], spin_cycles: int, pause_s: float = 0.0,
-                    pause_spin_cycles: int = 0) -> float:
+                    pause_spin_cycles: int = 0, released: bool = False) -> float:
     """The host side of one batch, the same whatever records it: `n` iterations of [flush, call],
     each step inside its harness range (`mark(name)`), behind one GPU spin. Returns the host
     seconds per iteration (to size the next spin); the caller synchronizes.
 
-    With `pause_s` > 0 each iteration is its own short queue (spin, flush, call, synchronize,
-    sleep): the GPU rests between calls, as the throttle retry wants.
+    `released`: the spin is a wait that the host ends right after its last launch
+    (measure/host_release.py), `spin_cycles` being only its longest; where that wait cannot run,
+    the fixed spin of `spin_cycles`. With `pause_s` > 0 each iteration is its own short queue
+    (spin, flush, call, synchronize, sleep): the GPU rests between calls, as the throttle retry
+    wants, and the first spin is never released (a synchronize behind a held wait would sit out
+    its whole length).
     """
     import time
 
     import torch
 
+    from operatorx.measure.host_release import host_release
+
+    waiting = host_release() if released and spin_cycles > 0 and pause_s <= 0 else None
     if spin_cycles > 0:
         with mark(RANGE_SPIN):
-            torch.cuda._sleep(spin_cycles)
-    t0 = time.perf_counter()
-    for _ in range(n):
-        if pause_s > 0 and pause_spin_cycles > 0:
-            with mark(RANGE_SPIN):
-                torch.cuda._sleep(pause_spin_cycles)
-        if flush is not None:
-            with mark(RANGE_FLUSH):
-                flush()
-        with mark(RANGE_CALL):
-            call()
-        if pause_s > 0:
-            torch.cuda.synchronize()
-            time.sleep(pause_s)
-    return (time.perf_counter() - t0) / n
+            if waiting is not None:
+                waiting.hold(spin_cycles)
+            else:
+                torch.cuda._sleep(spin_cycles)
+    try:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            if pause_s > 0 and pause_spin_cycles > 0:
+                with mark(RANGE_SPIN):
+                    torch.cuda._sleep(pause_spin_cycles)
+            if flush is not None:
+                with mark(RANGE_FLUSH):
+                    flush()
+            with mark(RANGE_CALL):
+                call()
+            if pause_s > 0:
+                torch.cuda.synchronize()
+                time.sleep(pause_s)
+        return (time.perf_counter() - t0) / n
+    finally:
+        if waiting is not None:
+            waiting.release()           # after the last launch, or on an error (never a GPU left waiting)
 
 
 def trace_batch(call: Callable[[], Any], n: int, flush: Optional[Callable[[], None]], spin_cycles: int,
-                pause_s: float = 0.0, pause_spin_cycles: int = 0) -> TraceBatch:
+                pause_s: float = 0.0, pause_spin_cycles: int = 0, released: bool = False) -> TraceBatch:
     """Run `n` iterations of [flush, call] with device activity recorded, and attribute it: through
     the process's activity session (measure/activity.py: CUPTI kept open, or one Kineto session
-    per batch where cupti-python is missing)."""
+    per batch where cupti-python is missing). `released`: see `run_marked_loop`."""
     from operatorx.measure.activity import activity_session
 
-    return activity_session().batch(call, n, flush, spin_cycles, pause_s, pause_spin_cycles)
+    return activity_session().batch(call, n, flush, spin_cycles, pause_s, pause_spin_cycles, released)

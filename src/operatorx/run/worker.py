@@ -14,6 +14,7 @@ import ctypes
 import os
 import signal
 import sys
+import threading
 import traceback
 from typing import IO, Any
 
@@ -58,6 +59,26 @@ def _die_with_parent() -> None:
         pass
 
 
+def _open_cuda_early() -> threading.Thread:
+    """Start CUDA's driver and this GPU's primary context in a thread, while the main thread
+    imports torch: ctypes releases the GIL, so the two overlap, and torch's runtime later finds
+    the context already made (the runtime API uses the primary context). On failure the thread
+    just ends: torch then starts CUDA itself and reports what is wrong, as without it."""
+
+    def retain() -> None:
+        try:
+            driver = ctypes.CDLL("libcuda.so.1")
+            device, context = ctypes.c_int(0), ctypes.c_void_p()
+            if driver.cuInit(0) == 0 and driver.cuDeviceGet(ctypes.byref(device), 0) == 0:
+                driver.cuDevicePrimaryCtxRetain(ctypes.byref(context), device)   # kept for the process's life
+        except (OSError, AttributeError):
+            pass
+
+    thread = threading.Thread(target=retain, name="ox-cuda-start", daemon=True)
+    thread.start()
+    return thread
+
+
 def _serve(job: Job, spec: JobSpec, channel: IO[str]) -> None:
     config = spec.config
     watch = MemoryWatch(config.device or "cpu", config.leak_limit_device_mib, config.leak_limit_host_mib)
@@ -86,6 +107,8 @@ def main() -> int:
         return 2
     try:
         spec = JobSpec.from_json(first.body["job"])
+        if spec.config.device == "cuda" and not spec.config.counters_child:
+            _open_cuda_early()
         job = build_job(spec, cpu_share=first.body.get("cpu_share"))
     except Exception as err:  # noqa: BLE001 - the parent gets the reason in one line; the log has the rest
         traceback.print_exc()

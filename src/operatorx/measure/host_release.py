@@ -1,0 +1,95 @@
+"""A GPU wait that the host ends: the head start of a batch, as long as the host really needs.
+
+A batch queues its n [flush, call] iterations behind a wait on the GPU, so that the calls then
+run back to back from a full queue and no call waits on its own launch (measure/trace.py). A
+fixed spin (`torch.cuda._sleep`) has to guess how long the host takes to enqueue them: 1.2 times
+the warmup's enqueue time, and never trimmed for a multi-kernel call. On the H200 the block-FP8
+dynamic-quant GEMMs spun the GPU 34-39 ms a case for about 15 ms of enqueue (benchmarks §18).
+
+This wait is a one-thread kernel that polls a word of pinned host memory until the host writes
+the batch's ticket there, right after its last launch; then the GPU starts on the queue at
+once. It gives up after `max_cycles` SM cycles, the length the fixed spin would have had: a
+host blocked inside a launch (a full launch queue) can never write the ticket, and the batch
+then goes on exactly as behind a fixed spin (its starved calls dropped and counted).
+
+Where the kernel cannot run (no Triton, or pinned memory the GPU cannot map), `host_release()`
+returns None with the reason in `unavailable_reason()`, and batches keep the fixed spin.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+__all__ = ["HostRelease", "host_release", "unavailable_reason"]
+
+_instance: Optional[HostRelease] = None
+_unavailable: Optional[str] = None
+_kernel: Any = None
+
+
+def _wait_kernel() -> Any:
+    """The Triton kernel: poll `flag` (volatile: every read goes to host memory) until it reaches
+    `ticket`, or `max_cycles` of the SM clock have passed."""
+    global _kernel
+    if _kernel is None:
+        import triton
+        import triton.language as tl
+
+        @triton.jit
+        def _ox_wait_for_host(flag, ticket, max_cycles):
+            start = tl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l", [], dtype=tl.int64, is_pure=False,
+                                              pack=1)
+            now = start
+            seen = tl.load(flag, volatile=True)
+            while (seen < ticket) & (now - start < max_cycles):
+                seen = tl.load(flag, volatile=True)
+                now = tl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l", [], dtype=tl.int64, is_pure=False,
+                                                pack=1)
+
+        _kernel = _ox_wait_for_host
+    return _kernel
+
+
+class HostRelease:
+    """One pinned ticket word per process, and the wait kernel that reads it."""
+
+    def __init__(self) -> None:
+        import torch
+
+        self._flag = torch.zeros(1, dtype=torch.int64, pin_memory=True)
+        self._word = self._flag.numpy()         # the host's write: one 8-byte store, no torch dispatch
+        self._ticket = 0
+        self._held = False
+        self.hold(1)                            # compiles the kernel and maps the word (errors show here)
+        self.release()
+        torch.cuda.synchronize()
+
+    def hold(self, max_cycles: int) -> None:
+        """Queue the wait on the current stream; the GPU waits until `release()` or `max_cycles`."""
+        if self._held:
+            raise RuntimeError("host_release: hold() twice without release()")
+        self._ticket += 1
+        _wait_kernel()[(1,)](self._flag, self._ticket, max(1, int(max_cycles)), num_warps=1)
+        self._held = True
+
+    def release(self) -> None:
+        """Let the GPU go on with what was queued behind the wait (at once if it gave up already)."""
+        if self._held:
+            self._word[0] = self._ticket
+            self._held = False
+
+
+def host_release() -> Optional[HostRelease]:
+    """The process's wait, built on first use; None where it cannot run (`unavailable_reason()`)."""
+    global _instance, _unavailable
+    if _instance is None and _unavailable is None:
+        try:
+            _instance = HostRelease()
+        except Exception as err:  # noqa: BLE001 - any failure means: keep the fixed spin, and say why
+            _unavailable = f"{type(err).__name__}: {str(err).strip().splitlines()[0][:200] if str(err).strip() else ''}"
+    return _instance
+
+
+def unavailable_reason() -> Optional[str]:
+    """Why batches use the fixed spin instead (None: the wait works, or was never asked for)."""
+    return _unavailable
