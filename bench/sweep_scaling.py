@@ -21,7 +21,9 @@ from pathlib import Path
 from operatorx.store import Store
 
 
-def _run(testlist: str, limit: int, gpus: str, db: str, extra: list[str]) -> tuple[str, float]:
+def _run(testlist: str, limit: int, gpus: str, db: str, extra: list[str]) -> tuple[str, float, float]:
+    """(run id, wall seconds, Unix time the command started)."""
+    t0_unix = time.time()
     t0 = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "operatorx", "run", "-t", testlist, "--limit", str(limit),
                            "--gpus", gpus, "--db", db, "--results-dir", "/tmp/scaling-res", *extra],
@@ -29,7 +31,7 @@ def _run(testlist: str, limit: int, gpus: str, db: str, extra: list[str]) -> tup
     wall_s = time.monotonic() - t0
     if done.returncode not in (0, 1):
         sys.exit(f"run --gpus {gpus} failed ({done.returncode}): {done.stderr[-2000:]}")
-    return Store(db, create=False).resolve_run("latest"), wall_s
+    return Store(db, create=False).resolve_run("latest"), wall_s, t0_unix
 
 
 def _where_time_goes(rows: list) -> None:
@@ -134,6 +136,22 @@ def _case_phase_s(rows: list) -> float | None:
     return max(a + b for a, b in spans) - min(a for a, _ in spans)
 
 
+def _outside(rows: list, info: dict, t0_unix: float, wall_s: float) -> None:
+    """The seconds outside the case phase: before the first case (the command's start, its workers'
+    spawn to ready, the plan) and after the last (the run closed, its document written, exit)."""
+    spans = [(r.case_seconds.started_unix_s, r.case_seconds.total) for r in rows
+             if r.case_seconds is not None and r.case_seconds.started_unix_s is not None
+             and r.case_seconds.total is not None]
+    if not spans:
+        return
+    before_s = min(a for a, _ in spans) - t0_unix
+    after_s = t0_unix + wall_s - max(a + b for a, b in spans)
+    ready = [w.get("startup_s", {}).get("spawn_to_ready") for w in (info.get("workers") or {}).values()]
+    ready = [x for x in ready if x is not None]
+    print(f"  outside the case phase: {before_s:.2f} s before the first case (workers spawn to ready "
+          f"{', '.join(f'{x:.2f}' for x in ready)} s), {after_s:.2f} s after the last")
+
+
 def _card(row) -> str | None:
     """Which GPU timed the row (its PCI bus id, else its index)."""
     w = row.worker
@@ -173,7 +191,7 @@ def main() -> None:
     args = ap.parse_args()
     results = []
     for gpus in args.gpus:
-        run_id, wall_s = _run(args.testlist, args.limit, gpus, args.db, args.extra)
+        run_id, wall_s, t0_unix = _run(args.testlist, args.limit, gpus, args.db, args.extra)
         rows = Store(args.db, create=False).rows(run_id)
         counts = {s: sum(r.status == s for r in rows) for s in ("ok", "unsupported", "error", "missing")}
         phase_s = _case_phase_s(rows)
@@ -185,6 +203,7 @@ def main() -> None:
             print(f"  case phase (first case's start to last case's end): {phase_s:.1f} s = "
                   f"{len(rows) / phase_s:.2f} cases/s; outside it {wall_s - phase_s:.1f} s")
         info = Store(args.db, create=False).run_info(run_id) or {}
+        _outside(rows, info, t0_unix, wall_s)
         for slot, worker in sorted((info.get("workers") or {}).items()):
             print(f"  {slot} start-up (s): {worker.get('startup_s')}; clock ramp: {worker.get('clock_ramp')}")
         _where_time_goes(rows)

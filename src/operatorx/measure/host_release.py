@@ -22,6 +22,7 @@ from typing import Any, Optional
 
 __all__ = ["HostRelease", "host_release", "unavailable_reason"]
 
+_MAX_CYCLES = 2**31 - 1     # ~1 s at 2 GHz; the timer's spins stop at 0.25 s
 _instance: Optional[HostRelease] = None
 _unavailable: Optional[str] = None
 _kernel: Any = None
@@ -35,7 +36,9 @@ def _wait_kernel() -> Any:
         import triton
         import triton.language as tl
 
-        @triton.jit
+        # not specialized on the ints' values: Triton would compile again for a ticket of 1 or a budget
+        # divisible by 16 (250 ms of compile, seen on the H200, inside the first case that hit one)
+        @triton.jit(do_not_specialize=["ticket", "max_cycles"])
         def _ox_wait_for_host(flag, ticket, max_cycles):
             start = tl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l", [], dtype=tl.int64, is_pure=False,
                                               pack=1)
@@ -69,7 +72,8 @@ class HostRelease:
         if self._held:
             raise RuntimeError("host_release: hold() twice without release()")
         self._ticket += 1
-        _wait_kernel()[(1,)](self._flag, self._ticket, max(1, int(max_cycles)), num_warps=1)
+        budget = min(max(1, int(max_cycles)), _MAX_CYCLES)     # an int32 always: one compiled signature
+        _wait_kernel()[(1,)](self._flag, self._ticket, budget, num_warps=1)
         self._held = True
 
     def release(self) -> None:
