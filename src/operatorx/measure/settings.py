@@ -47,7 +47,9 @@ class TimingSettings:
     batch_size: int = 32
     """Timed calls enqueued behind one GPU spin (one profiler session in kernels/graph mode)."""
     spin: bool = True
-    """Enqueue a GPU spin (torch.cuda._sleep) ahead of each batch so the host can stay ahead."""
+    """Enqueue a GPU wait ahead of each batch so the host can stay ahead: one the host ends after its
+    last launch (measure/host_release.py) where the batch must be fully queued, else a spin of a
+    sized length (torch.cuda._sleep)."""
     throttle_retries: int = 3
     """Measure again when the GPU was capped (power/thermal reason and SM clock under the fraction)."""
     throttle_pause_s: float = 0.0005
