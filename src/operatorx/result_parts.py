@@ -127,11 +127,13 @@ class TimingInfo(OpenPart):
                                                 "starved calls resized the next spin", "batches")
     unattributed_activities: Optional[int] = doc("device activities no timed call launched", "count")
     spin_released_batches: Optional[int] = doc(
-        "batches whose GPU wait the host ended right after its last launch (measure/host_release.py): the "
-        "first batch, and every batch of a multi-kernel call; the others spin a length sized from the last "
-        "batch", "batches")
+        "batches whose GPU wait the host ended right after its last launch (measure/host_release.py): those "
+        "whose spin is not trimmed (the first batch, every batch of a multi-kernel call or with Kineto's "
+        "records, the batch after a starved one); the others spin a length sized from the last batch",
+        "batches")
     spin_release_unavailable: Optional[str] = doc("why this process spun fixed lengths instead of waiting for "
-                                                  "the host (no Triton, or pinned memory the GPU cannot map)")
+                                                  "the host (no Triton, or pinned memory the GPU cannot map); "
+                                                  "null when the wait works or was never asked for (`--no-spin`)")
     flush_bytes: Optional[int] = doc("size of the L2 flush buffer", "bytes")
     enqueue_us_per_call: Optional[float] = doc("host time to enqueue one [flush, call] with the activity "
                                                "records on (it sizes the spin ahead of each batch)", "µs")

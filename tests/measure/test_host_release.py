@@ -7,8 +7,6 @@ import time
 
 import pytest
 
-pytestmark = pytest.mark.gpu
-
 
 def _held_ms(hold_cycles: int, host_s: float) -> float:
     """GPU milliseconds between an event before the wait and one after it, the host letting go
@@ -31,12 +29,14 @@ def _held_ms(hold_cycles: int, host_s: float) -> float:
     return before.elapsed_time(after)
 
 
+@pytest.mark.gpu
 def test_the_gpu_waits_until_the_host_lets_go():
     # a budget of ~1 s at 2 GHz: only the release can end it after ~30 ms
     held = _held_ms(2_000_000_000, 0.030)
     assert 29.0 <= held <= 80.0
 
 
+@pytest.mark.gpu
 def test_a_wait_the_host_never_ends_gives_up_after_its_budget_and_the_next_one_works():
     # 10 M cycles: 5 ms at 2 GHz, up to ~30 ms if the clock sat at an idle ~345 MHz throughout
     held = _held_ms(10_000_000, -1)
@@ -44,6 +44,7 @@ def test_a_wait_the_host_never_ends_gives_up_after_its_budget_and_the_next_one_w
     assert 9.5 <= _held_ms(2_000_000_000, 0.010) <= 60.0
 
 
+@pytest.mark.gpu
 def test_the_timer_releases_every_batch_of_a_multi_kernel_call():
     import torch
 
@@ -62,3 +63,53 @@ def test_the_timer_releases_every_batch_of_a_multi_kernel_call():
     assert t["spin_release_unavailable"] is None
     assert t["spin_released_batches"] == t["batches"] >= 1
     assert t["starved_calls_dropped"] <= 2 and m.summary["n"] >= 10
+
+
+def test_without_a_gpu_it_is_unavailable_says_why_and_is_not_asked_again(monkeypatch):
+    """No CUDA here (the CPU machine): no wait is built, the reason is kept for the rows, the timer
+    keeps its fixed spin, and the process does not try to build it again for every batch."""
+    import torch
+
+    from operatorx.measure import host_release
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    built: list[int] = []
+
+    class Counted(host_release.HostRelease):
+        def __init__(self) -> None:
+            built.append(1)
+            super().__init__()
+
+    monkeypatch.setattr(host_release, "HostRelease", Counted)
+    monkeypatch.setattr(host_release, "_instance", None)
+    monkeypatch.setattr(host_release, "_unavailable", None)
+    assert host_release.host_release() is None
+    why = host_release.unavailable_reason()
+    assert why is not None and why.startswith("RuntimeError: ") and "pin" in why
+    assert host_release.host_release() is None and built == [1]
+
+
+def test_each_hold_takes_a_new_ticket_and_a_stale_hold_is_let_go_first(monkeypatch):
+    """The host's side without a GPU: the kernel launch is recorded, the pinned word is a plain array."""
+    import numpy as np
+
+    from operatorx.measure import host_release
+
+    launched: list[tuple[int, int]] = []
+
+    class Launch:
+        def __getitem__(self, grid):
+            return lambda flag, ticket, budget, num_warps: launched.append((ticket, budget))
+
+    monkeypatch.setattr(host_release, "_wait_kernel", lambda: Launch())
+    waiting = object.__new__(host_release.HostRelease)
+    waiting._flag, waiting._word, waiting._ticket, waiting._held = None, np.zeros(1, dtype=np.int64), 0, False
+    waiting.hold(5_000)
+    assert launched == [(1, 5_000)] and waiting._word[0] == 0          # the GPU waits for ticket 1
+    waiting.hold(3**40)                                                 # an error skipped the release
+    assert waiting._word[0] == 1                                        # ticket 1 let go before ticket 2
+    assert launched[-1] == (2, 2**31 - 1)                               # the budget stays an int32
+    waiting.release()
+    waiting.release()                                                   # a second release changes nothing
+    assert waiting._word[0] == 2

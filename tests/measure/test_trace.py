@@ -168,6 +168,27 @@ def test_a_released_spin_holds_before_the_first_launch_and_lets_go_after_the_las
     assert log == [("hold", 5_000), "flush", "call", "flush", "call", "release"]
 
 
+def test_a_spin_mark_that_raises_still_lets_the_gpu_go(monkeypatch):
+    """An error between the hold and the first call (the spin's range mark) releases it too."""
+    import pytest
+
+    from operatorx.measure import host_release
+    from operatorx.measure.trace import run_marked_loop
+
+    log: list = []
+    monkeypatch.setattr(host_release, "host_release", lambda: _FakeRelease(log))
+
+    class BadMark:
+        def __enter__(self) -> None: ...
+
+        def __exit__(self, *exc: object) -> None:
+            raise RuntimeError("mark failed")
+
+    with pytest.raises(RuntimeError, match="mark failed"):
+        run_marked_loop(lambda name: BadMark(), lambda: log.append("call"), 2, None, 5_000, released=True)
+    assert log == [("hold", 5_000), "release"]
+
+
 def test_a_call_that_raises_still_lets_the_gpu_go(monkeypatch):
     import pytest
 

@@ -133,3 +133,33 @@ def test_a_case_that_fails_to_be_sent_ahead_is_not_charged_to_the_running_one():
     Scheduler([slot], _tasks(5), deadline_s=10, grace_s=1, events=events).run()
     assert sorted(events.finished) == [(i, None) for i in range(5)]     # case 1 ran while 2 failed to go ahead
     assert [i for _, i in slot.ran] == [0, 1, 2, 3, 4] and slot.workers_started == 1
+
+
+class _ClosingSlot:
+    """A slot whose close waits for every other slot's close to have begun (a barrier): it can
+    only return when all are closing at once."""
+
+    def __init__(self, name: str, barrier: threading.Barrier, fail: bool = False) -> None:
+        self.name, self.barrier, self.fail, self.closed = name, barrier, fail, False
+
+    def close(self) -> None:
+        self.barrier.wait()
+        self.closed = True
+        if self.fail:
+            raise RuntimeError(f"{self.name}: could not stop")
+
+
+def test_the_workers_are_stopped_all_at_once_and_a_failure_is_still_raised():
+    import pytest
+
+    from operatorx.run.scheduler import _close_all
+
+    barrier = threading.Barrier(3, timeout=10)
+    slots = [_ClosingSlot(f"gpu{i}", barrier) for i in range(3)]
+    _close_all(slots)  # type: ignore[arg-type]
+    assert all(s.closed for s in slots)
+    barrier = threading.Barrier(2, timeout=10)
+    slots = [_ClosingSlot("gpu0", barrier, fail=True), _ClosingSlot("gpu1", barrier)]
+    with pytest.raises(RuntimeError, match="gpu0: could not stop"):
+        _close_all(slots)  # type: ignore[arg-type]
+    assert all(s.closed for s in slots)

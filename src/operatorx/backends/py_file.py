@@ -30,16 +30,13 @@ from typing import Any, Optional
 
 from operatorx.backends.base import Check, Prepared, Unsupported
 from operatorx.backends.check import CHECK_ROWS, REL_ERROR_BOUND, rel_error
+from operatorx.backends.user_spec import is_user_spec
 from operatorx.spec import Case, GemmArgs
 
 __all__ = ["UserBackend", "user_backend", "load_user_function", "parse_settings", "gemm_inputs", "is_user_spec"]
 
 _LOADED: dict[tuple[str, str], Any] = {}
 _HANDED_OUT: ContextVar[Optional[list[dict[str, Any]]]] = ContextVar("operatorx_user_inputs", default=None)
-
-
-def is_user_spec(name: str) -> bool:
-    return name.startswith(("py:", "mod:"))
 
 
 def _value(text: str) -> Any:

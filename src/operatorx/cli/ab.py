@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 from rich.console import Console
@@ -16,17 +16,17 @@ from rich.markup import escape
 
 from operatorx.cli.progress import make_reporter
 from operatorx.cli.run import check_output_dir
-from operatorx.measure import HostTimeSettings, TimingSettings
-from operatorx.report.ab import ab_table
 from operatorx.report.safe import plain
-from operatorx.result import Row
-from operatorx.run import RunConfig
-from operatorx.run.ab import ABSettings
-from operatorx.run.ab_run import run_ab
-from operatorx.run.ab_spec import parse_side
+from operatorx.run.config import RunConfig
 from operatorx.run.gpus import parse_gpus
-from operatorx.spec import TestlistError
-from operatorx.store import StoreError, write_json_atomic
+from operatorx.spec.errors import TestlistError
+from operatorx.store.errors import StoreError
+
+if TYPE_CHECKING:
+    from operatorx.result import Row
+
+# The A/B machinery (its sides' backends, the case models, the tables) is imported inside the
+# command: every other command imports this module too, to register it.
 
 __all__ = ["ab_command"]
 
@@ -53,6 +53,8 @@ class _JsonAlongside:
         if row.ab is not None:
             self.results.append({"case_index": row.case_index, **row.ab})
             if self.path is not None:
+                from operatorx.store.document import write_json_atomic
+
                 write_json_atomic({**self.header, "results": self.results}, self.path)
 
 
@@ -78,6 +80,13 @@ def ab_command(
     executor: str = typer.Option("local", "--executor", help="local, ray or inline (as for run)."),
 ) -> None:
     """Compare A and B on every case: host and device time, B − A with a 95% interval, outputs."""
+    from operatorx.measure.host_time import HostTimeSettings
+    from operatorx.measure.settings import TimingSettings
+    from operatorx.report.ab import ab_table
+    from operatorx.run.ab import ABSettings
+    from operatorx.run.ab_run import run_ab
+    from operatorx.run.ab_spec import parse_side
+
     try:
         parse_side(a), parse_side(b)           # a bad side fails here, before anything runs
         settings = ABSettings(host=HostTimeSettings(batches=batches, batch_calls=batch_calls),

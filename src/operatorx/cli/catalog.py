@@ -14,10 +14,10 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from operatorx.catalog import CatalogError, CatalogWarning, from_config, generate
-from operatorx.catalog.checkpoints import load_catalog
 from operatorx.report.safe import plain
-from operatorx.spec import dump_testlist
+
+# The catalog (checkpoint files, case models) is imported inside the commands: every command
+# imports this module, to register these.
 
 __all__ = ["register"]
 
@@ -49,6 +49,8 @@ def _family_matches(name: str, family: str) -> bool:
 def expand_models(names: Optional[list[str]]) -> Optional[list[str]]:
     """Each name as the catalog knows it: an id, a name after the org, a family, or a family prefix
     (`llama`); CatalogError listing the families and the ids for a name that matches nothing."""
+    from operatorx.catalog import CatalogError, load_catalog
+
     if not names:
         return names
     catalog = load_catalog()
@@ -73,6 +75,8 @@ def _write(cases: list[Any], output: Path, caught: list[Any]) -> None:
         typer.echo(f"warning: {plain(w.message)}", err=True)
     if not cases:
         _fail("no cases were produced; nothing written")
+    from operatorx.spec.testlist import dump_testlist
+
     try:
         dump_testlist(cases, output)
     except OSError as err:
@@ -89,6 +93,8 @@ def generate_cmd(
     scheme: Annotated[Optional[list[str]], typer.Option("--scheme", help="only these scheme names (repeat)")] = None,
 ) -> None:
     """Cases for catalog checkpoints x schemes x TP x M, deduplicated with sources unioned."""
+    from operatorx.catalog import CatalogError, CatalogWarning, generate
+
     _check_output(output)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", CatalogWarning)
@@ -107,6 +113,8 @@ def from_config_cmd(
     m: Annotated[Optional[list[int]], typer.Option("--m", help=_M_HELP)] = None,
 ) -> None:
     """Cases for any dense-GQA, MLA or MoE config.json; a missing field is an error naming it."""
+    from operatorx.catalog import CatalogError, from_config
+
     _check_output(output)
     try:
         cases = from_config(config, scheme, tp, m)

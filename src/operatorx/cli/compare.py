@@ -17,10 +17,8 @@ import typer
 from rich.console import Console
 
 from operatorx.cli.results import results_app
-from operatorx.report.compare import compare_documents
-from operatorx.report.compare_table import comparison_markdown, comparison_table
 from operatorx.report.safe import plain
-from operatorx.store import RunNotFound, Store, StoreError
+from operatorx.store.errors import RunNotFound, StoreError
 
 __all__ = ["compare"]
 
@@ -53,6 +51,8 @@ def _load(which: str, ref: str, db: str) -> dict[str, Any]:
                         "`operatorx results export RUN`")
         return doc
     try:
+        from operatorx.store import Store
+
         return Store(db, create=False).document(ref)
     except (RunNotFound, StoreError) as err:
         raise _fail(f"{which} {ref}: {str(err).strip().splitlines()[0] if str(err).strip() else err}") from None
@@ -80,6 +80,9 @@ def compare(
         raise _fail(f"--alpha {alpha:g}: give a fraction in (0, 1), e.g. 0.05")
     if markdown and as_json:
         raise _fail("--markdown and --json: choose one")
+    from operatorx.report.compare import compare_documents
+    from operatorx.report.compare_table import comparison_markdown, comparison_table
+
     doc_a, doc_b = _load("A", a, db), _load("B", b, db)
     try:
         comp = compare_documents(doc_a, doc_b, min_effect=min_effect, alpha=alpha, metric=metric.value)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from rich.console import Console
 from rich.progress import (
@@ -23,8 +23,10 @@ from rich.progress import (
 )
 
 from operatorx.report.safe import plain
-from operatorx.result import Row
-from operatorx.spec import Case
+
+if TYPE_CHECKING:
+    from operatorx.result import Row
+    from operatorx.spec import Case
 
 __all__ = ["make_reporter", "BarReporter", "LogReporter"]
 

@@ -6,17 +6,20 @@ import json
 import sys
 from collections.abc import Sequence
 from enum import Enum
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
-from operatorx.report import rows_markdown, rows_table
-from operatorx.report.ab import ab_markdown, ab_table
 from operatorx.report.safe import plain
-from operatorx.store import RunNotFound, Store, StoreError, document_csv
-from operatorx.store.group import GROUP_PREFIX, group_document
+from operatorx.store.errors import RunNotFound, StoreError
+
+if TYPE_CHECKING:
+    from operatorx.store import Store
+
+# The database (SQLAlchemy) and the tables are imported inside the commands: `operatorx run` imports
+# this module too, to register it, before it spawns its workers.
 
 __all__ = ["results_app"]
 
@@ -32,6 +35,8 @@ class ExportFormat(str, Enum):
 
 def _open(db: str) -> Store:
     """The database, never created by a read command: a bad --db is one line and exit 2."""
+    from operatorx.store import Store
+
     try:
         return Store(db, create=False)
     except StoreError as err:
@@ -41,6 +46,8 @@ def _open(db: str) -> Store:
 
 def _document(db: str, run: str) -> dict:
     """A run's document, or a run group's (`group:NAME`: every shard of a sweep, merged)."""
+    from operatorx.store.group import GROUP_PREFIX, group_document
+
     try:
         store = _open(db)
         if run.startswith(GROUP_PREFIX):
@@ -108,6 +115,9 @@ def show(run: str = typer.Argument("latest", help="Run id, unique prefix, 'lates
                                                 "of a --run-group, merged)."), db: str = _DB,
          markdown: bool = typer.Option(False, "--markdown", help="Print a Markdown table instead.")) -> None:
     """A run's rows as a table."""
+    from operatorx.report import rows_markdown, rows_table
+    from operatorx.report.ab import ab_markdown, ab_table
+
     doc = _document(db, run)
     r = doc["run"]
     title = f"{r['id']}  {r['testlist']}  {r['backend']}  {(r.get('device') or {}).get('name', '')}"
@@ -130,6 +140,8 @@ def export(run: str = typer.Argument("latest", help="Run id, unique prefix, 'lat
            output: Optional[str] = typer.Option(None, "-o", "--output", help="File to write; stdout if omitted."),
            db: str = _DB) -> None:
     """The run's result document (json) or its headline numbers (csv)."""
+    from operatorx.store import document_csv
+
     doc = _document(db, run)
     text = json.dumps(doc, indent=1) + "\n" if fmt is ExportFormat.json else document_csv(doc)
     if output:

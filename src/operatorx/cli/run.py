@@ -12,17 +12,16 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from operatorx.backends.py_file import is_user_spec, load_user_function
+from operatorx.backends.user_spec import is_user_spec
 from operatorx.cli.progress import make_reporter
-from operatorx.measure import HostTimeSettings, TimingSettings
-from operatorx.report import layers_table, rows_table
+from operatorx.measure.host_time import HostTimeSettings
+from operatorx.measure.settings import TimingSettings
 from operatorx.report.safe import plain
-from operatorx.run import RunConfig
-from operatorx.run.config import parse_shard
+from operatorx.run.config import RunConfig, parse_shard
 from operatorx.run.gpus import parse_gpus
 from operatorx.run.sweep import RunOutcome, check_run_id, resume_run, run_testlist
-from operatorx.spec import TestlistError
-from operatorx.store import RunNotFound, StoreError
+from operatorx.spec.errors import TestlistError
+from operatorx.store.errors import RunNotFound, StoreError
 
 __all__ = ["run_command", "check_output_dir", "print_outcome"]
 
@@ -79,6 +78,8 @@ FULL_TABLE_ROWS = 200
 
 def print_outcome(outcome: RunOutcome, title: str, db: str, host: bool = False, headline: str = "span") -> None:
     """The table, the counts, where everything went, and how to resume a run that did not finish."""
+    from operatorx.report import layers_table, rows_table
+
     rows = [r.to_json() for r in outcome.rows]
     shown = rows if len(rows) <= FULL_TABLE_ROWS else [r for r in rows if r["status"] in ("error", "missing")][:50]
     if shown:
@@ -180,6 +181,8 @@ def run_command(
                                 warmup_calls=warmup_calls, spin=not no_spin)
         host_timing = HostTimeSettings(batches=host_batches, batch_calls=host_batch_calls, order=host_order)  # type: ignore[arg-type]
         if is_user_spec(backend):
+            from operatorx.backends.py_file import load_user_function
+
             load_user_function(backend)          # a bad py:/mod: spec fails here, before the run starts
         if trace_dir is not None and not counters_child:
             _check_trace_dir(trace_dir, device, counters)

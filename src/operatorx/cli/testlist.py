@@ -17,9 +17,10 @@ from rich.table import Table
 
 from operatorx.cli.catalog import register as register_catalog_commands
 from operatorx.report.safe import term
-from operatorx.spec import TestlistError, dump_testlist, load_testlist, parse_cases, resolve_testlist, shipped_testlists
-from operatorx.spec.testlist import read_json
-from operatorx.spec.upgrade import UpgradeError, upgrade_cases
+from operatorx.spec.errors import TestlistError
+
+# The case models load inside the commands (operatorx/spec/testlist.py): every command imports this
+# module, to register these.
 
 __all__ = ["testlist_app", "plural"]
 
@@ -46,6 +47,8 @@ def _warning(line: str) -> None:
 @testlist_app.command("validate")
 def validate(files: list[str] = typer.Argument(..., help="Testlist files or shipped names.")) -> None:
     """Validate testlists; every problem names the file, the case index and the field. Exit 1 if any fails."""
+    from operatorx.spec.testlist import load_testlist, resolve_testlist
+
     failed = False
     for name in files:
         try:
@@ -61,6 +64,8 @@ def validate(files: list[str] = typer.Argument(..., help="Testlist files or ship
 @testlist_app.command("show")
 def show(file: str = typer.Argument(..., help="A testlist file or shipped name.")) -> None:
     """Counts of cases by type and scheme, and the serving recipes that use them."""
+    from operatorx.spec.testlist import load_testlist, resolve_testlist
+
     try:
         cases = load_testlist(resolve_testlist(file), on_warning=_warning)
     except TestlistError as err:
@@ -90,6 +95,8 @@ def show(file: str = typer.Argument(..., help="A testlist file or shipped name."
 @testlist_app.command("list")
 def list_shipped() -> None:
     """The testlists that ship with operatorx."""
+    from operatorx.spec.testlist import load_testlist, shipped_testlists
+
     t = Table(box=None, show_header=True, pad_edge=False)
     t.add_column("name")
     t.add_column("cases", justify="right")
@@ -109,6 +116,9 @@ def upgrade(
     output: Annotated[Path, typer.Option("-o", "--output", help="The descriptor-format testlist to write.")],
 ) -> None:
     """Convert the older flat formats to the descriptor format; what has no equivalent is an error."""
+    from operatorx.spec.testlist import dump_testlist, parse_cases, read_json
+    from operatorx.spec.upgrade import UpgradeError, upgrade_cases
+
     if output.exists() and output.is_dir():
         _fail(f"-o {output}: is a directory; give a file name")
     if not output.parent.is_dir():

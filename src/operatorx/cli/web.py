@@ -5,11 +5,15 @@ from __future__ import annotations
 import socket
 import time
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from operatorx.web import Queries, WebError
+if TYPE_CHECKING:
+    from operatorx.web import Queries
+
+# The web stack and the database are imported inside the commands: every command imports this
+# module, to register these.
 
 __all__ = ["serve_command", "report_app"]
 
@@ -23,6 +27,8 @@ def _fail(message: str) -> typer.Exit:
 
 
 def _open(db: str) -> Queries:
+    from operatorx.web import Queries, WebError
+
     try:
         return Queries.open(db)
     except WebError as err:
@@ -58,6 +64,7 @@ def build_command(db: str = _DB,
                       "against the one before it), 'previous' (every run against the one before it), 'none', or "
                       "A:B run pairs (repeat).")) -> None:
     """The dashboard as a static site that opens from disk (file://): the artifact for CI."""
+    from operatorx.web import WebError
     from operatorx.web.site import build_site
 
     wanted = [r.strip() for arg in runs or [] for r in arg.split(",") if r.strip()]

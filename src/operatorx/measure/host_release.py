@@ -63,14 +63,14 @@ class HostRelease:
         self._word = self._flag.numpy()         # the host's write: one 8-byte store, no torch dispatch
         self._ticket = 0
         self._held = False
-        self.hold(1)                            # compiles the kernel and maps the word (errors show here)
+        self.hold(1)            # compiles the kernel and maps the word: a refusal raises here, before launch
         self.release()
-        torch.cuda.synchronize()
 
     def hold(self, max_cycles: int) -> None:
-        """Queue the wait on the current stream; the GPU waits until `release()` or `max_cycles`."""
-        if self._held:
-            raise RuntimeError("host_release: hold() twice without release()")
+        """Queue the wait on the current stream; the GPU waits until `release()` or `max_cycles`. A
+        hold left over (an error between a hold and its release) is released first: its wait has
+        ended by its budget anyway, and refusing would fail every later batch of the process."""
+        self.release()
         self._ticket += 1
         budget = min(max(1, int(max_cycles)), _MAX_CYCLES)     # an int32 always: one compiled signature
         _wait_kernel()[(1,)](self._flag, self._ticket, budget, num_warps=1)
@@ -87,10 +87,17 @@ def host_release() -> Optional[HostRelease]:
     """The process's wait, built on first use; None where it cannot run (`unavailable_reason()`)."""
     global _instance, _unavailable
     if _instance is None and _unavailable is None:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()    # an earlier op's asynchronous error is its own, not this wait's
         try:
-            _instance = HostRelease()
-        except Exception as err:  # noqa: BLE001 - any failure means: keep the fixed spin, and say why
+            built = HostRelease()
+        except Exception as err:  # noqa: BLE001 - no Triton, no pinned memory, a pointer refused: the fixed spin
             _unavailable = f"{type(err).__name__}: {str(err).strip().splitlines()[0][:200] if str(err).strip() else ''}"
+            return None
+        torch.cuda.synchronize()        # outside the fallback: a wait that faulted on the GPU is a real error
+        _instance = built
     return _instance
 
 

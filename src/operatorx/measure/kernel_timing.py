@@ -248,6 +248,8 @@ class KernelTiming:
         from operatorx.measure.activity import CuptiSession, activity_session, fallback_reason
 
         session = activity_session()
+        if s.spin:
+            host_release()                  # built (Triton's compile) before the timed window, if not yet
         session.discard()                   # the warmup's records are not the first batch's
         spin_gpu_s = batches_s = 0.0
         records_dropped = 0

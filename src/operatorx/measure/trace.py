@@ -240,13 +240,13 @@ def run_marked_loop(mark: Callable[[str], AbstractContextManager[Any]], call: Ca
     from operatorx.measure.host_release import host_release
 
     waiting = host_release() if released and spin_cycles > 0 and pause_s <= 0 else None
-    if spin_cycles > 0:
-        with mark(RANGE_SPIN):
-            if waiting is not None:
-                waiting.hold(spin_cycles)
-            else:
-                torch.cuda._sleep(spin_cycles)
     try:
+        if spin_cycles > 0:
+            with mark(RANGE_SPIN):
+                if waiting is not None:
+                    waiting.hold(spin_cycles)
+                else:
+                    torch.cuda._sleep(spin_cycles)
         t0 = time.perf_counter()
         for _ in range(n):
             if pause_s > 0 and pause_spin_cycles > 0:

@@ -7,8 +7,9 @@ code it never runs.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from operatorx.lazy import lazy_names
 
 if TYPE_CHECKING:
     from operatorx.run.config import RunConfig
@@ -21,9 +22,4 @@ _HOME = {"RunConfig": "operatorx.run.config", "select_cases": "operatorx.run.pla
          "RunOutcome": "operatorx.run.sweep", "resume_run": "operatorx.run.sweep",
          "run_testlist": "operatorx.run.sweep"}
 
-
-def __getattr__(name: str) -> Any:
-    home = _HOME.get(name)
-    if home is None:
-        raise AttributeError(f"module 'operatorx.run' has no attribute {name!r}")
-    return getattr(importlib.import_module(home), name)
+__getattr__ = lazy_names(__name__, _HOME)

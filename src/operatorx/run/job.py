@@ -10,11 +10,13 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Optional, Protocol
 
-from operatorx.result import Row
 from operatorx.run.config import RunConfig
-from operatorx.spec import Case
+
+if TYPE_CHECKING:
+    from operatorx.result import Row
+    from operatorx.spec import Case
 
 __all__ = ["JobSpec", "ABJob", "Job", "build_job"]
 
@@ -208,6 +210,7 @@ class _ABJob:
         self.info = {**run_info(device), "device_kind": device_kind, "l2_check": l2_check}
 
     def run(self, case: Case, index: int) -> Row:
+        from operatorx.result import Row
         from operatorx.run.ab import run_ab_case
 
         result = run_ab_case(case, self.a, self.b, self.device_kind, self.settings).to_json()

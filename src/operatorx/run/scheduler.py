@@ -20,11 +20,13 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Optional, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Optional, Protocol, runtime_checkable
 
 from operatorx.run.faults import KILLS_ALLOWED, RETRIED_KINDS
 from operatorx.run.worker_process import CaseOutcome
-from operatorx.spec import Case
+
+if TYPE_CHECKING:
+    from operatorx.spec import Case
 
 __all__ = ["Task", "SlotLike", "SendsAhead", "Scheduler", "SchedulerEvents"]
 
@@ -218,8 +220,7 @@ class Scheduler:
             with self._lock:
                 self._done = True
                 self._lock.notify_all()
-            for s in self.slots:
-                s.close()
+            _close_all(self.slots)
             self.interrupted = self.stop.is_set()
 
     def _finished(self, slot: str, task: Task, outcome: CaseOutcome) -> None:
@@ -245,6 +246,30 @@ class Scheduler:
     def unrun(self) -> list[Task]:
         with self._lock:
             return list(self._pending)
+
+
+def _close_all(slots: Sequence[SlotLike]) -> None:
+    """Close every slot at once: each waits for its worker to exit (a CUDA worker's exit tears its
+    context down), and one after the other that wait grew with the number of GPUs."""
+    if len(slots) <= 1:
+        for slot in slots:
+            slot.close()
+        return
+    failed: list[BaseException] = []
+
+    def close(slot: SlotLike) -> None:
+        try:
+            slot.close()
+        except BaseException as err:  # noqa: BLE001 - raised below, in the caller's thread, as before
+            failed.append(err)
+
+    closers = [threading.Thread(target=close, args=(slot,), name=f"close-{slot.name}") for slot in slots]
+    for closer in closers:
+        closer.start()
+    for closer in closers:
+        closer.join()
+    if failed:
+        raise failed[0]
 
 
 def make_stop_handler(scheduler: Scheduler, on_signal: Callable[[int], None]) -> Callable[[int, Any], None]:

@@ -23,20 +23,24 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Optional, Protocol
 
-from operatorx.backends.py_file import is_user_spec
-from operatorx.backends.registry import known_backend_names
-from operatorx.result import Row
 from operatorx.run.config import RunConfig
 from operatorx.run.job import ABJob, JobSpec
-from operatorx.run.plan import longest_first, select_cases
 from operatorx.run.scheduler import Scheduler, SlotLike, Task, make_stop_handler
 from operatorx.run.worker_process import CaseOutcome
-from operatorx.spec import Case, load_testlist, resolve_testlist
-from operatorx.store import Store, StoreError, write_json_atomic
+from operatorx.store.errors import StoreError
 
-__all__ = ["Reporter", "RunOutcome", "EmptySelection", "new_run_id", "now_utc", "check_run_id", "select_cases",
+if TYPE_CHECKING:
+    from operatorx.result import Row
+    from operatorx.spec import Case
+    from operatorx.store import Store
+
+# The testlist, the result models and the database (SQLAlchemy) are imported where they are used,
+# after a new run has spawned its workers: imported here, every worker's spawn waited for them (the
+# CLI's imports took 1.3 s on the H200 host, where nothing is byte-compiled; docs/benchmarks.md §18).
+
+__all__ = ["Reporter", "RunOutcome", "EmptySelection", "new_run_id", "now_utc", "check_run_id",
            "run_testlist", "run_ab_pairs", "resume_run"]
 
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -114,6 +118,9 @@ def _device_kind(requested: Optional[str]) -> str:
 
 
 def _check_backend(config: RunConfig) -> None:
+    from operatorx.backends.py_file import is_user_spec
+    from operatorx.backends.registry import known_backend_names
+
     if not is_user_spec(config.backend) and config.backend not in known_backend_names():
         raise ValueError(f"--backend {config.backend}: no such backend (known: {', '.join(known_backend_names())}; "
                          "or py:FILE.py:FUNC, mod:PKG.MOD:FUNC@DIR)")
@@ -156,6 +163,8 @@ def _slots(spec: JobSpec) -> list[SlotLike]:
 
 def _failure_row(spec: JobSpec, task: Task, outcome: CaseOutcome) -> Row:
     """The row of a case whose worker gave no row: it hung, died, or was stopped."""
+    from operatorx.result import Row
+
     kind = outcome.failure or "crashed"
     first, _, tail = outcome.detail.partition("\n")
     tried = f" (tried {task.kills} times)" if task.kills > 1 else ""
@@ -193,6 +202,8 @@ class _Sink:
         self.reporter.case_started(slot, task.index, task.case)
 
     def case_finished(self, slot: str, task: Task, outcome: CaseOutcome) -> None:
+        from operatorx.result import Row
+
         row = Row.from_json(outcome.row) if outcome.row is not None else _failure_row(self.spec, task, outcome)
         try:
             self.store.put_row(self.spec.run_id, row)
@@ -233,6 +244,8 @@ def _execute(spec: JobSpec, store: Store, tasks: list[Task], reporter: Reporter,
         return _close(spec, store, "finished", {})
     slots = slots if slots is not None else _slots(spec)
     if len(slots) > 1:
+        from operatorx.run.plan import longest_first
+
         tasks = longest_first(tasks, lambda t: t.case)
     sink = _Sink(spec, store, reporter)
     scheduler = Scheduler(slots, tasks, config.case_deadline_s(), config.grace_s, sink)
@@ -250,6 +263,9 @@ def _execute(spec: JobSpec, store: Store, tasks: list[Task], reporter: Reporter,
 
 def _close(spec: JobSpec, store: Store, state: str, unstored: dict[tuple[str, str, str], Row]) -> RunOutcome:
     """Write the run's document (the stored rows, with any the store refused) and read the rows back."""
+    from operatorx.result import Row
+    from operatorx.store import write_json_atomic
+
     doc = store.document(spec.run_id)
     rows = [Row.from_json(r) for r in doc["rows"]]
     if unstored:
@@ -269,6 +285,9 @@ def _decided(config: RunConfig) -> RunConfig:
 
 def _chosen(config: RunConfig) -> tuple[dict[str, Any], list[tuple[int, Case]]]:
     """What the run records of its testlist, and the chosen cases."""
+    from operatorx.run.plan import select_cases
+    from operatorx.spec import load_testlist, resolve_testlist
+
     path = resolve_testlist(config.testlist)
     cases = load_testlist(path)                       # raises TestlistError: nothing stored
     chosen = select_cases(cases, config.filter, config.limit, config.shard)
@@ -293,13 +312,18 @@ def _spawned_ahead(spec: JobSpec) -> list[SlotLike]:
 
 
 def _new_run(config: RunConfig, reporter: Reporter, ab: Optional[ABJob] = None,
-             info: Optional[dict[str, Any]] = None) -> RunOutcome:
-    """A new run: workers spawned first, then the testlist loaded and the plan stored, then executed."""
+             info: Optional[dict[str, Any]] = None, check_backend: bool = False) -> RunOutcome:
+    """A new run: workers spawned first, then the backend checked, the testlist loaded and the plan
+    stored, then executed. A bad backend or testlist stops the spawned workers and stores nothing."""
     config = _decided(config)
     run_id = check_run_id(config.run_id or new_run_id())
     spec = JobSpec(config=replace(config, run_id=run_id), run_id=run_id, testlist=config.testlist, ab=ab)
     slots = _spawned_ahead(spec) if config.executor == "local" else []    # (a Ray cluster is joined after)
     try:
+        from operatorx.store import Store
+
+        if check_backend:
+            _check_backend(config)         # after the spawn: what it imports no longer delays the workers
         source, chosen = _chosen(config)
         store = Store(config.db)
         tasks = _begin(spec, store, chosen, {**source, **(info or {})})
@@ -329,6 +353,8 @@ def _timing_used(config: RunConfig) -> dict[str, Any]:
 
 
 def _begin(spec: JobSpec, store: Store, chosen: list[tuple[int, Case]], info: dict[str, Any]) -> list[Task]:
+    from operatorx.result import Row
+
     config = spec.config
     planned = [Row.missing(case, spec.backend_label, spec.testlist, index) for index, case in chosen]
     store.begin_run(spec.run_id, now_utc(), spec.testlist, spec.backend_label, config.device or "cpu",
@@ -341,8 +367,7 @@ def _begin(spec: JobSpec, store: Store, chosen: list[tuple[int, Case]], info: di
 
 def run_testlist(config: RunConfig, reporter: Optional[Reporter] = None) -> RunOutcome:
     """A new run of `config.testlist`."""
-    _check_backend(config)
-    return _new_run(config, reporter or _Silent())
+    return _new_run(config, reporter or _Silent(), check_backend=True)
 
 
 def run_ab_pairs(config: RunConfig, a: str, b: str, settings: dict[str, Any],
@@ -356,6 +381,8 @@ def run_ab_pairs(config: RunConfig, a: str, b: str, settings: dict[str, Any],
 def resume_run(run: str, db: str, reporter: Optional[Reporter] = None,
                results_dir: Optional[Path] = None) -> RunOutcome:
     """Run exactly the cases of `run` that have no final row, with the run's own settings."""
+    from operatorx.store import Store
+
     reporter = reporter or _Silent()
     store = Store(db, create=False)
     run_id = store.resolve_run(run)

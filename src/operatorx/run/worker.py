@@ -65,6 +65,10 @@ def _open_cuda_early() -> threading.Thread:
     the context already made (the runtime API uses the primary context). On failure the thread
     just ends: torch then starts CUDA itself and reports what is wrong, as without it."""
 
+    # torch sets this before its own first CUDA call, and the driver reads it when CUDA starts: set
+    # it as torch would, or a driver without lazy loading by default would load every kernel now
+    os.environ.setdefault("CUDA_MODULE_LOADING", "LAZY")
+
     def retain() -> None:
         try:
             driver = ctypes.CDLL("libcuda.so.1")

@@ -17,12 +17,14 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from operatorx.run.config import WORKER_START_TIMEOUT_S
 from operatorx.run.job import JobSpec
 from operatorx.run.protocol import WorkerMessage, parse, send
-from operatorx.spec import Case
+
+if TYPE_CHECKING:
+    from operatorx.spec import Case
 
 __all__ = ["CaseOutcome", "WorkerProcess", "Slot", "WorkerStartError", "STDERR_TAIL_BYTES", "AHEAD_MAX_BYTES"]
 

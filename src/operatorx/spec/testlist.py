@@ -14,6 +14,7 @@ from typing import Any, Optional
 from pydantic import ValidationError
 
 from operatorx.spec.case import Case
+from operatorx.spec.errors import MAX_PROBLEMS_SHOWN, TestlistError, TestlistWarning
 from operatorx.spec.strict_json import StrictJSONError, loads_strict, shown
 
 __all__ = [
@@ -23,32 +24,8 @@ __all__ = [
 
 #: The largest testlist read (the shipped full list is about 1.4 MB).
 MAX_FILE_BYTES = 256 << 20
-#: Problems a TestlistError shows (1,000 bad cases are not 1,000 lines on screen).
-MAX_PROBLEMS_SHOWN = 20
 #: The top-level keys of a case the format defines; others are metadata (a warning, kept as written).
 CASE_KEYS = ("type", "args", "sources", "name", "recipes", "metadata")
-
-
-class TestlistError(ValueError):
-    """A testlist that cannot be used.
-
-    `problems` holds one line per bad field, at most MAX_PROBLEMS_SHOWN of them and then one
-    `... and N more` line; `all_problems` holds every line.
-    """
-
-    __test__ = False  # not a pytest class
-
-    def __init__(self, problems: list[str]):
-        self.all_problems = problems
-        extra = len(problems) - MAX_PROBLEMS_SHOWN
-        self.problems = problems[:MAX_PROBLEMS_SHOWN] + ([f"... and {extra} more"] if extra > 0 else [])
-        super().__init__("\n".join(self.problems))
-
-
-class TestlistWarning(UserWarning):
-    """Something in a testlist that loads but is worth a line: e.g. an unknown top-level key."""
-
-    __test__ = False
 
 
 def _warn(message: str) -> None:

@@ -16,7 +16,10 @@ def write_json_atomic(data: Any, path: Path) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1, default=str)
+            # compact: Python's C encoder serves only unindented output (a 1,000-row document took
+            # 0.56 s indented, 0.15 s so), and the document is read by programs (`results ingest`,
+            # `report`, jq), not by eye
+            f.write(json.dumps(data, default=str, separators=(",", ":")))
             f.write("\n")
         os.replace(tmp, path)
     except BaseException:
