@@ -1,7 +1,7 @@
 """Backends: one module per (framework, op), registered by name.
 
-The names load on first use (`operatorx.lazy`): `operatorx.backends.user_spec` tells a user backend
-by its name without loading the case models, which the CLI needs before a run spawns its workers.
+The names load on first use (`operatorx.lazy`): `operatorx.backends.names` tells the backend names
+apart without loading the case models, which the CLI needs before a run spawns its workers.
 """
 
 from __future__ import annotations

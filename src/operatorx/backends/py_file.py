@@ -30,7 +30,7 @@ from typing import Any, Optional
 
 from operatorx.backends.base import Check, Prepared, Unsupported
 from operatorx.backends.check import CHECK_ROWS, REL_ERROR_BOUND, rel_error
-from operatorx.backends.user_spec import is_user_spec
+from operatorx.backends.names import is_user_spec
 from operatorx.spec import Case, GemmArgs
 
 __all__ = ["UserBackend", "user_backend", "load_user_function", "parse_settings", "gemm_inputs", "is_user_spec"]

@@ -5,12 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from operatorx.backends.base import Backend
+from operatorx.backends.names import BUILTIN_BACKENDS
 
 __all__ = ["register_backend", "get_backend", "backend_names", "known_backend_names", "BUILTIN_BACKENDS"]
 
 _FACTORIES: dict[tuple[str, str], Callable[[], Backend]] = {}
-#: The backends that ship with OperatorX (registered when first asked for).
-BUILTIN_BACKENDS = ("torch", "vllm")
 _LOADED = False
 
 

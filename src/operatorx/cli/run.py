@@ -12,7 +12,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from operatorx.backends.user_spec import is_user_spec
+from operatorx.backends.names import is_user_spec
 from operatorx.cli.progress import make_reporter
 from operatorx.measure.host_time import HostTimeSettings
 from operatorx.measure.settings import TimingSettings

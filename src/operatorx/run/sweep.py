@@ -118,12 +118,17 @@ def _device_kind(requested: Optional[str]) -> str:
 
 
 def _check_backend(config: RunConfig) -> None:
-    from operatorx.backends.py_file import is_user_spec
-    from operatorx.backends.registry import known_backend_names
+    """A backend name that is not shipped, registered or the user's own code is an error, raised before
+    any worker is spawned. Shipped names and user code are told from the name alone; only another name
+    loads the registry (the case models with it) to look further."""
+    from operatorx.backends.names import BUILTIN_BACKENDS, is_user_spec
 
-    if not is_user_spec(config.backend) and config.backend not in known_backend_names():
-        raise ValueError(f"--backend {config.backend}: no such backend (known: {', '.join(known_backend_names())}; "
-                         "or py:FILE.py:FUNC, mod:PKG.MOD:FUNC@DIR)")
+    if config.backend not in BUILTIN_BACKENDS and not is_user_spec(config.backend):
+        from operatorx.backends.registry import known_backend_names
+
+        if config.backend not in known_backend_names():
+            raise ValueError(f"--backend {config.backend}: no such backend (known: "
+                             f"{', '.join(known_backend_names())}; or py:FILE.py:FUNC, mod:PKG.MOD:FUNC@DIR)")
     if config.backend == "vllm":
         import importlib.util
 
@@ -313,17 +318,17 @@ def _spawned_ahead(spec: JobSpec) -> list[SlotLike]:
 
 def _new_run(config: RunConfig, reporter: Reporter, ab: Optional[ABJob] = None,
              info: Optional[dict[str, Any]] = None, check_backend: bool = False) -> RunOutcome:
-    """A new run: workers spawned first, then the backend checked, the testlist loaded and the plan
-    stored, then executed. A bad backend or testlist stops the spawned workers and stores nothing."""
+    """A new run: the backend's name checked, workers spawned, then the testlist loaded and the plan
+    stored, then executed. A bad testlist stops the spawned workers and stores nothing."""
     config = _decided(config)
     run_id = check_run_id(config.run_id or new_run_id())
     spec = JobSpec(config=replace(config, run_id=run_id), run_id=run_id, testlist=config.testlist, ab=ab)
+    if check_backend:
+        _check_backend(config)
     slots = _spawned_ahead(spec) if config.executor == "local" else []    # (a Ray cluster is joined after)
     try:
         from operatorx.store import Store
 
-        if check_backend:
-            _check_backend(config)         # after the spawn: what it imports no longer delays the workers
         source, chosen = _chosen(config)
         store = Store(config.db)
         tasks = _begin(spec, store, chosen, {**source, **(info or {})})
