@@ -128,20 +128,23 @@ def _case_phase_s(rows: list) -> float | None:
     """Seconds from the first case's start to the last case's end, over all workers: the rate inside
     it is the sweep's steady state, without the fixed costs (process and worker start-up, the plan,
     the document) that the end-to-end rate carries."""
-    spans = [(r.case_seconds.started_unix_s, r.case_seconds.total) for r in rows
-             if r.case_seconds is not None and r.case_seconds.started_unix_s is not None
-             and r.case_seconds.total is not None]
+    spans = _spans(rows)
     if not spans:
         return None
     return max(a + b for a, b in spans) - min(a for a, _ in spans)
 
 
+def _spans(rows: list) -> list[tuple[float, float]]:
+    """(start Unix s, seconds) of every row that kept both."""
+    return [(r.case_seconds.started_unix_s, r.case_seconds.total) for r in rows
+            if r.case_seconds is not None and r.case_seconds.started_unix_s is not None
+            and r.case_seconds.total is not None]
+
+
 def _outside(rows: list, info: dict, t0_unix: float, wall_s: float) -> None:
     """The seconds outside the case phase: before the first case (the command's start, its workers'
     spawn to ready, the plan) and after the last (the run closed, its document written, exit)."""
-    spans = [(r.case_seconds.started_unix_s, r.case_seconds.total) for r in rows
-             if r.case_seconds is not None and r.case_seconds.started_unix_s is not None
-             and r.case_seconds.total is not None]
+    spans = _spans(rows)
     if not spans:
         return
     before_s = min(a for a, _ in spans) - t0_unix

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from operatorx.backends.base import Backend
-from operatorx.backends.names import BUILTIN_BACKENDS
+from operatorx.backends.names import BUILTIN_BACKENDS, is_user_spec
 
 __all__ = ["register_backend", "get_backend", "backend_names", "known_backend_names", "BUILTIN_BACKENDS"]
 
@@ -34,7 +34,7 @@ def get_backend(name: str, op_type: str) -> Backend | None:
     `py:PATH.py:FUNC` and `mod:PKG.MOD:FUNC@DIR` name user code (backends/py_file.py); a bad
     one raises ValueError.
     """
-    if name.startswith(("py:", "mod:")):
+    if is_user_spec(name):
         from operatorx.backends.py_file import user_backend
 
         return user_backend(name, op_type)

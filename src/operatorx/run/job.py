@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional, Protocol
 
+from operatorx.backends.names import is_user_spec
 from operatorx.run.config import RunConfig
 
 if TYPE_CHECKING:
@@ -176,7 +177,7 @@ def _warm_backend(backend: str, device_kind: str) -> Optional[str]:
 
             if vllm_missing() is None:
                 VllmEnv.get()
-        elif backend.startswith(("py:", "mod:")):
+        elif is_user_spec(backend):
             from operatorx.backends.py_file import load_user_function
 
             load_user_function(backend)
