@@ -25,11 +25,18 @@ def busy(us: float):
 def test_host_us_per_call_matches_a_planted_cost() -> None:
     # batches of 0.4 ms: short enough that a busy 2-core machine rarely preempts one, and the
     # strategy takes a preempted batch again
-    m = HostTiming(HostTimeSettings(batches=21, batch_calls=20, preempt_retries=3)).measure(busy(20.0))
+    settings = HostTimeSettings(batches=21, batch_calls=20, preempt_retries=3)
+    m = HostTiming(settings).measure(busy(20.0))
     assert m.clock == "host" and m.stop_reason == "batches"
     kept = 21 - m.details["contended_batches_dropped"] + m.details["preempt_retries"]  # retakes replace batches
     assert len(m.samples_us) == kept and len(m.details["cpu_us_per_call"]) == kept
-    assert 20.0 <= m.summary["median"] < 20.5             # the wait plus a call's overhead, no more
+    # the wait plus the call's own overhead, no more. The overhead (a Python call and a clock read,
+    # 0.2 µs here, about 0.5 µs on a slow CI machine) is measured alongside, not assumed
+    call_overhead_us = HostTiming(settings).measure(busy(0.0)).summary["median"]
+    assert 20.0 <= m.summary["median"]
+    # 0.4 µs: the spin loop's last clock read. A load spike that inflates the overhead reading only
+    # loosens this bound, so there is no lower bound on the difference
+    assert m.summary["median"] - call_overhead_us < 20.4
     assert m.details["batch_calls"] == 20 and m.details["gpu_paced"] is False
 
 
