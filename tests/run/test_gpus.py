@@ -34,3 +34,18 @@ def test_gpus_option(text, want):
 def test_bad_gpus_are_refused(text):
     with pytest.raises(ValueError, match="--gpus"):
         parse_gpus(text)
+
+
+def test_a_worker_on_an_image_without_bytecode_compiles_into_the_cache_tree(monkeypatch, tmp_path):
+    from operatorx.platform import bytecode_cache
+
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    monkeypatch.delenv("PYTHONPYCACHEPREFIX", raising=False)
+    monkeypatch.delenv("OPERATORX_BYTECODE_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(bytecode_cache, "_ships_bytecode", lambda package: False)    # torch as such images ship it
+    env = worker_env("0")
+    assert env["PYTHONPYCACHEPREFIX"] == str(tmp_path / "operatorx" / "pycache")
+    assert "PYTHONDONTWRITEBYTECODE" not in env and env["CUDA_VISIBLE_DEVICES"] == "0"
+    monkeypatch.setenv("OPERATORX_BYTECODE_CACHE", "0")
+    assert worker_env("0")["PYTHONDONTWRITEBYTECODE"] == "1"

@@ -47,6 +47,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from operatorx.platform.device import DeviceInfo
 from operatorx.platform.peaks import Peaks, peaks_for
+from operatorx.platform.user_cache import cache_root
 
 __all__ = ["ENV_PEAKS_DIR", "METHOD_VERSION", "StackKey", "MeasuredPeaks", "CacheEntry", "stack_key", "peaks_dir",
            "load_or_measure", "measure_peaks", "device_peaks", "GEMM_SHAPES"]
@@ -161,11 +162,11 @@ def stack_key(device: DeviceInfo) -> StackKey:
 
 
 def peaks_dir() -> Path:
-    """`$OPERATORX_PEAKS_DIR`, else `$XDG_CACHE_HOME/operatorx/peaks`, else `~/.cache/operatorx/peaks`."""
+    """`$OPERATORX_PEAKS_DIR`, else the user cache root's `peaks` (`$XDG_CACHE_HOME/operatorx/peaks`, else
+    `~/.cache/operatorx/peaks`)."""
     if os.environ.get(ENV_PEAKS_DIR):
         return Path(os.environ[ENV_PEAKS_DIR])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "operatorx" / "peaks"
+    return cache_root(os.environ) / "peaks"
 
 
 def _warn(line: str) -> None:

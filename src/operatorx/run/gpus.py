@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from typing import Optional
 
+from operatorx.platform import bytecode_cache
+
 __all__ = ["visible_gpus", "parse_gpus", "worker_env"]
 
 
@@ -66,4 +68,4 @@ def worker_env(device_entry: Optional[str], cpu_share: Optional[int] = None) -> 
     if cpu_share is not None:
         env["OMP_NUM_THREADS"] = str(cpu_share)
     env["PYTHONUNBUFFERED"] = "1"
-    return env
+    return bytecode_cache.worker_env(env)      # an image that forbids .pyc files: compile torch once, not per worker
