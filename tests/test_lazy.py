@@ -35,7 +35,7 @@ def test_the_cli_and_the_sweep_import_no_database_models_or_tables_before_the_sp
     """What `operatorx run` imports before it spawns its workers (each second here delays them)."""
     heavy = ["sqlalchemy", "operatorx.result", "operatorx.spec.case", "operatorx.store.db", "operatorx.report.table",
              "operatorx.web.queries", "operatorx.catalog.generate", "torch"]
-    code = ("import sys, operatorx.cli, operatorx.run.sweep, operatorx.run.worker_process\n"
+    code = ("import sys, operatorx.entry, operatorx.cli, operatorx.run.sweep, operatorx.run.worker_process\n"
             f"print(','.join(m for m in {heavy!r} if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == ""

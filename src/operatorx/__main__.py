@@ -1,6 +1,6 @@
 """`python -m operatorx` — same as the `operatorx` console script."""
 
-from operatorx.cli import main
+from operatorx.entry import main
 
 if __name__ == "__main__":
     main()

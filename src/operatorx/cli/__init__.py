@@ -4,18 +4,14 @@ from __future__ import annotations
 
 import warnings
 
-from operatorx.platform.bytecode_cache import enable_in_process
+import typer
 
-enable_in_process()     # before the heavy imports: an image that forbids .pyc files compiles them once, not per run
-
-import typer  # noqa: E402
-
-from operatorx.cli.ab import ab_command  # noqa: E402
-from operatorx.cli.db import db_app  # noqa: E402
-from operatorx.cli.results import results_app  # noqa: E402
-from operatorx.cli.run import run_command  # noqa: E402
-from operatorx.cli.testlist import testlist_app  # noqa: E402
-from operatorx.cli.web import report_app, serve_command  # noqa: E402
+from operatorx.cli.ab import ab_command
+from operatorx.cli.db import db_app
+from operatorx.cli.results import results_app
+from operatorx.cli.run import run_command
+from operatorx.cli.testlist import testlist_app
+from operatorx.cli.web import report_app, serve_command
 
 __all__ = ["app", "main"]
 
