@@ -59,8 +59,9 @@ def main() -> None:
             subprocess.run([sys.executable, "-m", "operatorx", "--help"], capture_output=True)
             help_s.append(time.perf_counter() - t0)
     print(f"spawn after (s): min {min(spawn_s):.3f}, median {sorted(spawn_s)[len(spawn_s) // 2]:.3f} "
-          f"({len(spawn_s)} runs)")
-    print(f"`operatorx --help` (s): min {min(help_s):.3f}, median {sorted(help_s)[len(help_s) // 2]:.3f}")
+          f"({len(spawn_s)} runs, in order: {', '.join(f'{x:.2f}' for x in spawn_s)})")
+    print(f"`operatorx --help` (s): min {min(help_s):.3f}, median {sorted(help_s)[len(help_s) // 2]:.3f} "
+          f"(in order: {', '.join(f'{x:.2f}' for x in help_s)})")
 
 
 if __name__ == "__main__":

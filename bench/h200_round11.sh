@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Session 11 left no device time; this is the call its work needs first (nvidia-h200-x2, the base kit
+# carried, OPERATORX_GIT_SHA set). One call of about 8 minutes:
+#   first   what a worker's imports cost on the image as found and with a bytecode cache tree
+#           (bench/pycache_probe.sh); the parent's time to its first spawn (bench/parent_start.py,
+#           its first repeat fills the cache tree); then h200_round6.sh final: the gpu tests of
+#           measure, run, platform and the torch backends (session 10's review fixes to host_release
+#           and trace have not run on a GPU), and the first 1,000 gemm cases on GPU 0 and on GPUs 0,1
+#   accuracy  the accuracy set's two kernels passes, a second process and the reference
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+if [ -d ".device-kit/base-1" ] && [ ! -f "/tmp/site/.operatorx-base" ]; then
+  bash ".device-kit/base-1/install.sh" >> "$OUT/install.txt" 2>&1 && touch "/tmp/site/.operatorx-base"
+fi
+case "${1:-first}" in
+  first)
+    echo "== imports: as found, then a cache tree"
+    timeout 90 bash bench/pycache_probe.sh 3 2>&1 | tail -8
+    echo "== parent: start to first spawn (bytecode cache: ${OPERATORX_BYTECODE_CACHE:-on})"
+    PYTHONPATH=/tmp/site:$PWD/src timeout 120 python3 bench/parent_start.py --repeats 5 --device cuda 2>&1 | tail -2
+    bash bench/h200_round6.sh final 2>&1 | grep -v "^    \|^  span (timed\|^  busy (timed" ;;
+  accuracy)
+    ACC_PASSES=kernels_1,kernels_2 bash bench/h200_round6.sh accuracy ;;
+esac
