@@ -8,9 +8,7 @@
 #             (for the lazy imports of d8a865b: what the earlier spawn saves on this host)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
-if [ -d ".device-kit/base-1" ] && [ ! -f "/tmp/site/.operatorx-base" ]; then
-  bash ".device-kit/base-1/install.sh" >> "$OUT/install.txt" 2>&1 && touch "/tmp/site/.operatorx-base"
-fi
+. bench/device_kit.sh
 case "${1:-sweep}" in
   sweep)
     echo "== gpu tests (measure, run)"

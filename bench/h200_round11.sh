@@ -9,15 +9,13 @@
 #   accuracy  the accuracy set's two kernels passes, a second process and the reference
 set -uo pipefail
 export PYTHONUNBUFFERED=1
-if [ -d ".device-kit/base-1" ] && [ ! -f "/tmp/site/.operatorx-base" ]; then
-  bash ".device-kit/base-1/install.sh" >> "$OUT/install.txt" 2>&1 && touch "/tmp/site/.operatorx-base"
-fi
+. bench/device_kit.sh
 case "${1:-first}" in
   first)
     echo "== imports: as found, then a cache tree"
     timeout 90 bash bench/pycache_probe.sh 3 2>&1 | tail -8
     echo "== parent: start to first spawn (bytecode cache: ${OPERATORX_BYTECODE_CACHE:-on})"
-    PYTHONPATH=/tmp/site:$PWD/src timeout 120 python3 bench/parent_start.py --repeats 5 --device cuda 2>&1 | tail -2
+    timeout 120 python3 bench/parent_start.py --repeats 5 --device cuda 2>&1 | tail -2
     bash bench/h200_round6.sh final 2>&1 | grep -v "^    \|^  span (timed\|^  busy (timed" ;;
   accuracy)
     ACC_PASSES=kernels_1,kernels_2 bash bench/h200_round6.sh accuracy ;;

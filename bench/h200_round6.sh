@@ -14,12 +14,7 @@
 #   gpu      every gpu test (tests/web needs the web stack, absent there)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
-for kit in base vllm ct; do
-  if [ -d ".device-kit/$kit-1" ] && [ ! -f "/tmp/site/.operatorx-$kit" ]; then
-    bash ".device-kit/$kit-1/install.sh" >> "$OUT/install.txt" 2>&1 && touch "/tmp/site/.operatorx-$kit"
-  fi
-done
-export PYTHONPATH=/tmp/site:$PWD/src
+. bench/device_kit.sh
 nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,power.draw,temperature.gpu --format=csv
 case "${1:-speed}" in
   speed)
