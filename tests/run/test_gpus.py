@@ -37,7 +37,7 @@ def test_bad_gpus_are_refused(text):
 
 
 def test_a_worker_on_an_image_without_bytecode_compiles_into_the_cache_tree(monkeypatch, tmp_path):
-    from operatorx.platform import bytecode_cache
+    from operatorx import bytecode_cache
 
     monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
     monkeypatch.delenv("PYTHONPYCACHEPREFIX", raising=False)

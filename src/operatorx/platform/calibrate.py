@@ -47,7 +47,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from operatorx.platform.device import DeviceInfo
 from operatorx.platform.peaks import Peaks, peaks_for
-from operatorx.platform.user_cache import cache_root
+from operatorx.user_cache import cache_root
 
 __all__ = ["ENV_PEAKS_DIR", "METHOD_VERSION", "StackKey", "MeasuredPeaks", "CacheEntry", "stack_key", "peaks_dir",
            "load_or_measure", "measure_peaks", "device_peaks", "GEMM_SHAPES"]

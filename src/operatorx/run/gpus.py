@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Optional
 
-from operatorx.platform import bytecode_cache
+from operatorx import bytecode_cache
 
 __all__ = ["visible_gpus", "parse_gpus", "worker_env"]
 

@@ -14,10 +14,17 @@ alone:
 - the probe package (torch) has no shipped bytecode next to its sources: with a prefix set Python
   reads bytecode only from the prefix, so an image that ships `.pyc` files would compile everything
   once more instead of reading them;
-- `OPERATORX_BYTECODE_CACHE` is not `0`.
+- `OPERATORX_BYTECODE_CACHE` is not `0`, `false`, `no` or `off`;
+- the tree can be made and written: with a prefix set, Python reads no bytecode outside it (the
+  standard library's shipped `.pyc` included), so a tree it cannot write would make every process
+  compile more than before. No home directory (a container under an arbitrary user) counts as no tree.
 
 The tree lives in `$OPERATORX_BYTECODE_CACHE_DIR`, else `<cache root>/pycache`. Writes are atomic
 (importlib writes a temporary file and renames it), so workers that start together can share it.
+Python runs the bytecode it finds there: a directory that others can write is not a safe choice.
+
+This module imports only the standard library, and sits outside `operatorx.platform` (whose package
+imports pydantic): what the command imports before the cache is on is compiled from source each time.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Optional
 
-from operatorx.platform.user_cache import cache_root
+from operatorx.user_cache import cache_root
 
 __all__ = ["ENV_SWITCH", "ENV_DIR", "bytecode_cache_dir", "wanted", "worker_env", "enable_in_process"]
 
@@ -38,9 +45,23 @@ ENV_DIR = "OPERATORX_BYTECODE_CACHE_DIR"
 _PROBE_PACKAGE = "torch"
 
 
+_OFF = ("0", "false", "no", "off")
+
+
 def bytecode_cache_dir(env: Mapping[str, str]) -> Path:
-    """`$OPERATORX_BYTECODE_CACHE_DIR`, else the user cache root's `pycache`."""
+    """`$OPERATORX_BYTECODE_CACHE_DIR`, else the user cache root's `pycache`. Raises RuntimeError
+    where there is no home directory to put it in (`Path.home()`)."""
     return Path(env[ENV_DIR]) if env.get(ENV_DIR) else cache_root(env) / "pycache"
+
+
+def _writable_tree(env: Mapping[str, str]) -> Optional[Path]:
+    """The tree, made if need be, when this process can write it; else None."""
+    try:
+        tree = bytecode_cache_dir(env)
+        tree.mkdir(parents=True, exist_ok=True)
+    except (RuntimeError, OSError):           # no home directory; a read-only or foreign location
+        return None
+    return tree if os.access(tree, os.W_OK | os.X_OK) else None
 
 
 def _ships_bytecode(package: str) -> bool:
@@ -58,21 +79,24 @@ def _ships_bytecode(package: str) -> bool:
 
 
 def wanted(env: Mapping[str, str], writes_off: bool, prefix_set: bool,
-           probe_package: str = _PROBE_PACKAGE) -> bool:
-    """Whether a process with this environment should keep its bytecode in our cache."""
-    if env.get(ENV_SWITCH, "1").strip() == "0" or not writes_off or prefix_set:
-        return False
-    return not _ships_bytecode(probe_package)
+           probe_package: str = _PROBE_PACKAGE) -> Optional[Path]:
+    """The tree a process with this environment should keep its bytecode in, or None to leave it be."""
+    if env.get(ENV_SWITCH, "1").strip().lower() in _OFF or not writes_off or prefix_set:
+        return None
+    if _ships_bytecode(probe_package):
+        return None
+    return _writable_tree(env)
 
 
 def worker_env(env: dict[str, str], probe_package: str = _PROBE_PACKAGE) -> dict[str, str]:
     """The environment for a process we spawn (a sweep worker): bytecode writes on, into the cache
     tree, when `wanted`; else `env` unchanged."""
-    if not wanted(env, writes_off=bool(env.get("PYTHONDONTWRITEBYTECODE")),
-                  prefix_set=bool(env.get("PYTHONPYCACHEPREFIX")), probe_package=probe_package):
+    tree = wanted(env, writes_off=bool(env.get("PYTHONDONTWRITEBYTECODE")),
+                  prefix_set=bool(env.get("PYTHONPYCACHEPREFIX")), probe_package=probe_package)
+    if tree is None:
         return env
     out = {k: v for k, v in env.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    out["PYTHONPYCACHEPREFIX"] = str(bytecode_cache_dir(env))
+    out["PYTHONPYCACHEPREFIX"] = str(tree)
     return out
 
 
@@ -80,10 +104,10 @@ def enable_in_process(probe_package: str = _PROBE_PACKAGE) -> Optional[Path]:
     """The same for the running interpreter (the CLI's parent process, before its heavy imports):
     modules imported from now on read and write the cache tree. Returns the tree, or None when the
     environment is left as it was."""
-    if not wanted(os.environ, writes_off=sys.dont_write_bytecode, prefix_set=sys.pycache_prefix is not None,
-                  probe_package=probe_package):
+    tree = wanted(os.environ, writes_off=sys.dont_write_bytecode, prefix_set=sys.pycache_prefix is not None,
+                  probe_package=probe_package)
+    if tree is None:
         return None
-    tree = bytecode_cache_dir(os.environ)
     sys.pycache_prefix = str(tree)
     sys.dont_write_bytecode = False
     return tree

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from operatorx.platform.bytecode_cache import ENV_DIR, ENV_SWITCH, bytecode_cache_dir, wanted, worker_env
-from operatorx.platform.user_cache import cache_root
+from operatorx.bytecode_cache import ENV_DIR, ENV_SWITCH, bytecode_cache_dir, wanted, worker_env
+from operatorx.user_cache import cache_root
 
 TAG = sys.implementation.cache_tag
 
@@ -36,14 +36,35 @@ def packages(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return root
 
 
-def test_only_an_environment_without_bytecode_that_forbids_writing_it_gets_the_cache(packages: Path) -> None:
-    env: dict[str, str] = {}
-    assert wanted(env, writes_off=True, prefix_set=False, probe_package="oxprobe_bare")
-    assert not wanted(env, writes_off=False, prefix_set=False, probe_package="oxprobe_bare")     # Python writes its own
-    assert not wanted(env, writes_off=True, prefix_set=True, probe_package="oxprobe_bare")       # the user chose a tree
-    assert not wanted(env, writes_off=True, prefix_set=False, probe_package="oxprobe_shipped")  # shipped: read
-    assert not wanted({ENV_SWITCH: "0"}, writes_off=True, prefix_set=False, probe_package="oxprobe_bare")
-    assert wanted(env, writes_off=True, prefix_set=False, probe_package="oxprobe_not_installed")
+def test_only_an_environment_without_bytecode_that_forbids_writing_it_gets_the_cache(packages: Path,
+                                                                                       tmp_path: Path) -> None:
+    env = {"XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    tree = tmp_path / "xdg" / "operatorx" / "pycache"
+    assert wanted(env, writes_off=True, prefix_set=False, probe_package="oxprobe_bare") == tree
+    assert tree.is_dir()
+    assert wanted(env, writes_off=False, prefix_set=False, probe_package="oxprobe_bare") is None  # Python writes
+    assert wanted(env, writes_off=True, prefix_set=True, probe_package="oxprobe_bare") is None   # the user's tree
+    assert wanted(env, writes_off=True, prefix_set=False, probe_package="oxprobe_shipped") is None  # shipped: read
+    for off in ("0", "false", "OFF", "no"):
+        assert wanted({**env, ENV_SWITCH: off}, writes_off=True, prefix_set=False, probe_package="oxprobe_bare") is None
+    assert wanted(env, writes_off=True, prefix_set=False, probe_package="oxprobe_not_installed") == tree
+
+
+def test_no_tree_it_can_make_leaves_the_environment_as_it_was(packages: Path, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    # a tree that cannot be made (a file where its folder should be) would make Python compile even
+    # the standard library in every process: not used
+    (tmp_path / "file").write_text("")
+    env = {"PYTHONDONTWRITEBYTECODE": "1", ENV_DIR: str(tmp_path / "file" / "pycache")}
+    assert worker_env(env, probe_package="oxprobe_bare") is env
+    # no home directory (a container under a user with no passwd entry): Path.home() raises
+
+    def no_home() -> Path:
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(Path, "home", staticmethod(no_home))
+    bare = {"PYTHONDONTWRITEBYTECODE": "1"}
+    assert worker_env(bare, probe_package="oxprobe_bare") is bare
 
 
 def test_the_worker_env_moves_writes_into_the_tree_and_leaves_the_rest(packages: Path, tmp_path: Path) -> None:
@@ -81,7 +102,7 @@ def test_a_spawned_process_writes_its_bytecode_in_the_tree_not_by_the_sources(pa
 
 
 def test_the_parent_process_switches_its_own_imports_over(packages: Path, tmp_path: Path) -> None:
-    code = ("import sys; from operatorx.platform.bytecode_cache import enable_in_process; "
+    code = ("import sys; from operatorx.bytecode_cache import enable_in_process; "
             "tree = enable_in_process(probe_package='oxprobe_bare'); import oxprobe_bare; "
             "print(tree, sys.dont_write_bytecode)")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(packages), *sys.path]),
@@ -106,3 +127,11 @@ def test_peaks_share_the_cache_root(monkeypatch: pytest.MonkeyPatch, tmp_path: P
     assert peaks_dir() == tmp_path / "operatorx" / "peaks"
     assert bytecode_cache_dir(os.environ) == tmp_path / "operatorx" / "pycache"
     assert cache_root(os.environ) == tmp_path / "operatorx"
+
+
+def test_the_switch_imports_nothing_that_the_cache_should_have_held() -> None:
+    """What the command imports before the cache is on is compiled from source on such an image."""
+    code = ("import sys, operatorx.bytecode_cache\n"
+            "print(','.join(m for m in sys.modules if m.startswith(('pydantic', 'operatorx.platform', 'typer'))))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert done.stdout.strip() == ""
