@@ -5,10 +5,11 @@ processes: what is checked is which case ran where, and that every case ends exa
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from operatorx.run.scheduler import Scheduler, SendsAhead, Task
+from operatorx.run.scheduler import FINISHED_PER_CALL, FinishedCase, Scheduler, SendsAhead, Task
 from operatorx.run.worker_process import CaseOutcome
 from operatorx.spec import Case
 from tests.conftest import gemm
@@ -33,6 +34,8 @@ class FakeSlot:
     queue: list[int] = field(default_factory=list, init=False)
     ran: list[tuple[int, int]] = field(default_factory=list, init=False)
     """(worker number, case index) of every case a worker started."""
+    case_s: float = 0.0
+    """How long each case takes."""
     sent_ahead: int = field(default=0, init=False)
     workers_started: int = field(default=0, init=False)
 
@@ -56,6 +59,7 @@ class FakeSlot:
     def await_case(self, index: int, deadline_s: float, stop: threading.Event) -> CaseOutcome:
         assert self.worker is not None and self.queue[0] == index, (self.queue, index)
         self.queue.pop(0)
+        time.sleep(self.case_s)
         self.ran.append((self.worker, index))
         if self.stop_after is not None:
             self.stop_after.set()
@@ -83,8 +87,8 @@ class Events:
     def case_started(self, slot: str, task: Task) -> None: ...
     def slot_failed(self, slot: str, message: str) -> None: ...
 
-    def case_finished(self, slot: str, task: Task, outcome: CaseOutcome) -> None:
-        self.finished.append((task.index, outcome.failure))
+    def cases_finished(self, finished: list[FinishedCase]) -> None:
+        self.finished += [(f.task.index, f.outcome.failure) for f in finished]
 
 
 def test_a_local_slot_is_sent_its_next_case_while_it_runs_one():
@@ -163,3 +167,41 @@ def test_the_workers_are_stopped_all_at_once_and_a_failure_is_still_raised():
     with pytest.raises(RuntimeError, match="gpu0: could not stop"):
         _close_all(slots)  # type: ignore[arg-type]
     assert all(s.closed for s in slots)
+
+
+class SlowEvents(Events):
+    """A store that takes its time over the first rows (a database's commit): the rows that finish
+    meanwhile wait for the calling thread, and must reach it together, in order, each once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[list[int]] = []
+        self.order: list[str] = []
+
+    def case_started(self, slot: str, task: Task) -> None:
+        self.order.append(f"started {task.index}")
+
+    def cases_finished(self, finished: list[FinishedCase]) -> None:
+        if not self.calls:
+            time.sleep(0.3)                       # the fake workers finish every other case meanwhile
+        self.calls.append([f.task.index for f in finished])
+        self.order += [f"finished {f.task.index}" for f in finished]
+        super().cases_finished(finished)
+
+
+def test_rows_that_finish_while_the_store_is_busy_are_handed_over_together():
+    n = FINISHED_PER_CALL + 20
+    events = SlowEvents()
+    Scheduler([FakeSlot("gpu0")], _tasks(n), deadline_s=10, grace_s=1, events=events).run()
+    assert sorted(events.finished) == [(i, None) for i in range(n)]            # each case once
+    assert max(len(c) for c in events.calls) == FINISHED_PER_CALL              # the backlog, bounded
+    assert [i for c in events.calls for i in c] == list(range(n))              # one slot: in its order
+    # every case is told as started before it is told as finished
+    assert all(events.order.index(f"started {i}") < events.order.index(f"finished {i}") for i in range(n))
+
+
+def test_a_row_that_arrives_alone_is_handed_over_alone_at_once():
+    events = SlowEvents()
+    events.calls.append([])                         # no slow first call: a store that keeps up
+    Scheduler([FakeSlot("gpu0", case_s=0.02)], _tasks(8), deadline_s=10, grace_s=1, events=events).run()
+    assert events.calls[1:] == [[i] for i in range(8)]

@@ -246,3 +246,57 @@ def test_every_metrics_key_a_row_carries_is_named_in_docs_metrics(tmp_path, writ
     row = run_testlist(_config(tmp_path, path)).rows[0]
     missing = [k for k in row.metrics if f"`{k}`" not in doc]
     assert not missing, f"docs/metrics.md does not name {missing}"
+
+
+class _Notes:
+    """A reporter that keeps what it was told."""
+
+    def __init__(self) -> None:
+        self.done: list[tuple[str, int]] = []
+        self.notes: list[str] = []
+
+    def case_done(self, slot, row) -> None:
+        self.done.append((slot, row.case_index))
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+
+
+def test_rows_stored_together_fall_back_to_one_by_one_and_a_refused_row_stays_in_the_document(tmp_path,
+                                                                                             monkeypatch):
+    from operatorx.run.job import JobSpec
+    from operatorx.run.scheduler import FinishedCase, Task
+    from operatorx.run.sweep import _Sink
+    from operatorx.run.worker_process import CaseOutcome
+    from operatorx.store import StoreError
+    from tests.store.conftest import done, planned
+
+    store = Store(str(tmp_path / "ox.db"))
+    store.begin_run("r", "2026-12-01T00:00:00", "t", "torch", "cpu", {}, planned(3))
+    reporter = _Notes()
+    sink = _Sink(JobSpec(config=_config(tmp_path, "t"), run_id="r", testlist="t"), store, reporter)
+    finished = [FinishedCase(f"gpu{i % 2}", Task(index=i, case=done(i).case),
+                             CaseOutcome(index=i, row=done(i).to_json())) for i in range(3)]
+    together: list[int] = []
+    real_put_rows = store.put_rows
+    monkeypatch.setattr(store, "put_rows",
+                        lambda run_id, rows: together.append(len(rows)) or real_put_rows(run_id, rows))
+    sink.cases_finished(finished[:2])                     # two at once: one transaction
+    assert together == [2] and store.unfinished("r") == [2]
+
+    def refuse(run_id, rows):
+        raise StoreError("database is locked")
+
+    real_put_row = store.put_row
+
+    def put_row(run_id, row):
+        if row.case_index == 1:
+            raise StoreError("value out of range")
+        real_put_row(run_id, row)
+
+    monkeypatch.setattr(store, "put_rows", refuse)
+    monkeypatch.setattr(store, "put_row", put_row)
+    sink.cases_finished(finished)                         # the group fails: each alone, row 1 refused
+    assert store.unfinished("r") == [] and list(sink.unstored) == [done(1).key()]
+    assert reporter.done == [("gpu0", 0), ("gpu1", 1), ("gpu0", 0), ("gpu1", 1), ("gpu0", 2)]
+    assert len(reporter.notes) == 1 and "row of case 1 not stored (value out of range)" in reporter.notes[0]

@@ -75,6 +75,19 @@ def test_put_row_into_an_unknown_run(db_url):
     store = Store(db_url)
     with pytest.raises(RunNotFound):
         store.put_row("nope", done(0))
+    with pytest.raises(RunNotFound):
+        store.put_rows("nope", [done(0), done(1)])
+
+
+def test_rows_stored_together_replace_their_planned_rows(db_url):
+    store = Store(db_url)
+    _begin(store, n=4)
+    store.put_rows("run1", [done(3, 7.0), done(1, status="error"), done(3, 8.0)])   # the later write of 3 wins
+    store.put_rows("run1", [])
+    assert store.unfinished("run1") == [0, 2] and store.row_count("run1") == 4
+    doc = store.document("run1")
+    assert [x["status"] for x in doc["rows"]] == ["missing", "error", "missing", "ok"]
+    assert doc["rows"][3]["metrics"]["latency_us"] == 8.0
 
 
 def test_finish_reopen_and_finish_again(db_url):

@@ -8,8 +8,12 @@ none is sent ahead, so the last cases do not queue behind a long one while anoth
 case sent ahead earlier can still wait behind its worker's current one).
 
 The scheduler decides what a failure means for the case (retry it in a fresh worker, or give it
-its final `error` row) and hands every final row to `on_row` in the calling thread, which owns the
-store.
+its final `error` row) and hands the final rows to `events.cases_finished` in the calling thread,
+which owns the store. Cases that finished while that thread was busy with the last ones are handed
+over together (up to `FINISHED_PER_CALL`), so the store can commit them in one transaction: with
+many GPUs or a Ray cluster the rows arrive faster than a database commits them one by one
+(bench/parent_rows.py), and a parent that falls behind holds finished rows that a kill would lose.
+A row that arrives alone is still handed over alone, at once.
 """
 
 from __future__ import annotations
@@ -28,7 +32,10 @@ from operatorx.run.worker_process import CaseOutcome
 if TYPE_CHECKING:
     from operatorx.spec import Case
 
-__all__ = ["Task", "SlotLike", "SendsAhead", "Scheduler", "SchedulerEvents"]
+__all__ = ["Task", "SlotLike", "SendsAhead", "Scheduler", "SchedulerEvents", "FinishedCase", "FINISHED_PER_CALL"]
+
+FINISHED_PER_CALL = 64
+"""At most this many finished cases in one `cases_finished` call."""
 
 
 @dataclass
@@ -58,10 +65,18 @@ class SendsAhead(Protocol):
     def await_case(self, index: int, deadline_s: float, stop: threading.Event) -> CaseOutcome: ...
 
 
+@dataclass(frozen=True)
+class FinishedCase:
+    """A case's final outcome, with the slot that ran it."""
+    slot: str
+    task: Task
+    outcome: CaseOutcome
+
+
 class SchedulerEvents(Protocol):
     def worker_ready(self, slot: str, info: dict[str, Any]) -> None: ...
     def case_started(self, slot: str, task: Task) -> None: ...
-    def case_finished(self, slot: str, task: Task, outcome: CaseOutcome) -> None: ...
+    def cases_finished(self, finished: list[FinishedCase]) -> None: ...
     def slot_failed(self, slot: str, message: str) -> None: ...
 
 
@@ -206,16 +221,7 @@ class Scheduler:
                     event = self._events.get(timeout=0.2)
                 except queue.Empty:
                     continue
-                if event.kind == "slot_done":
-                    live -= 1
-                elif event.kind == "slot_failed":
-                    self.events.slot_failed(event.slot, event.message)
-                elif event.kind == "ready" and event.info is not None:
-                    self.events.worker_ready(event.slot, event.info)
-                elif event.kind == "started" and event.task is not None:
-                    self.events.case_started(event.slot, event.task)
-                elif event.kind == "finished" and event.task is not None and event.outcome is not None:
-                    self._finished(event.slot, event.task, event.outcome)
+                live -= self._handle(self._with_queued(event))
         finally:
             with self._lock:
                 self._done = True
@@ -223,7 +229,44 @@ class Scheduler:
             _close_all(self.slots)
             self.interrupted = self.stop.is_set()
 
-    def _finished(self, slot: str, task: Task, outcome: CaseOutcome) -> None:
+    def _with_queued(self, event: _Event) -> list[_Event]:
+        """`event` and those already waiting behind it (never blocks), up to `FINISHED_PER_CALL`
+        finished cases."""
+        out = [event]
+        finished = int(event.kind == "finished")
+        while finished < FINISHED_PER_CALL:
+            try:
+                out.append(self._events.get_nowait())
+            except queue.Empty:
+                break
+            finished += out[-1].kind == "finished"
+        return out
+
+    def _handle(self, events: list[_Event]) -> int:
+        """Hand `events` on in their order, except that the finished cases among them are told
+        together, last (a case's own `started` still comes before its end: its slot queued it
+        first); returns how many slots ended."""
+        ended = 0
+        finished: list[FinishedCase] = []
+        for event in events:
+            if event.kind == "finished" and event.task is not None and event.outcome is not None:
+                final = self._finished(event.slot, event.task, event.outcome)
+                if final is not None:
+                    finished.append(final)
+            elif event.kind == "slot_done":
+                ended += 1
+            elif event.kind == "slot_failed":
+                self.events.slot_failed(event.slot, event.message)
+            elif event.kind == "ready" and event.info is not None:
+                self.events.worker_ready(event.slot, event.info)
+            elif event.kind == "started" and event.task is not None:
+                self.events.case_started(event.slot, event.task)
+        if finished:
+            self.events.cases_finished(finished)
+        return ended
+
+    def _finished(self, slot: str, task: Task, outcome: CaseOutcome) -> Optional[FinishedCase]:
+        """The case's bookkeeping; its final outcome, or None when it is tried again or stays missing."""
         kind = outcome.failure or (outcome.row or {}).get("error_kind")
         retry = False
         if outcome.failure == "interrupted":
@@ -239,8 +282,9 @@ class Scheduler:
             elif not self._pending and self._in_flight == 0:
                 self._done = True
             self._lock.notify_all()
-        if not retry and outcome.failure != "interrupted":
-            self.events.case_finished(slot, task, outcome)
+        if retry or outcome.failure == "interrupted":
+            return None
+        return FinishedCase(slot, task, outcome)
 
     @property
     def unrun(self) -> list[Task]:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Optional, Protocol
 
 from operatorx.run.config import RunConfig
 from operatorx.run.job import ABJob, JobSpec
-from operatorx.run.scheduler import Scheduler, SlotLike, Task, make_stop_handler
+from operatorx.run.scheduler import FinishedCase, Scheduler, SlotLike, Task, make_stop_handler
 from operatorx.run.worker_process import CaseOutcome
 from operatorx.store.errors import StoreError
 
@@ -206,16 +206,32 @@ class _Sink:
     def case_started(self, slot: str, task: Task) -> None:
         self.reporter.case_started(slot, task.index, task.case)
 
-    def case_finished(self, slot: str, task: Task, outcome: CaseOutcome) -> None:
+    def cases_finished(self, finished: list[FinishedCase]) -> None:
+        """Store the rows in one transaction; when that fails, each on its own, so one row the store
+        refuses does not take the others with it (a refused row stays in the document)."""
         from operatorx.result import Row
 
-        row = Row.from_json(outcome.row) if outcome.row is not None else _failure_row(self.spec, task, outcome)
+        rows = [Row.from_json(f.outcome.row) if f.outcome.row is not None
+                else _failure_row(self.spec, f.task, f.outcome) for f in finished]
+        if len(rows) == 1 or not self._put_together(rows):
+            for row in rows:
+                self._put_alone(row)
+        for f, row in zip(finished, rows, strict=True):
+            self.reporter.case_done(f.slot, row)
+
+    def _put_together(self, rows: list[Row]) -> bool:
+        try:
+            self.store.put_rows(self.spec.run_id, rows)
+        except StoreError:
+            return False
+        return True
+
+    def _put_alone(self, row: Row) -> None:
         try:
             self.store.put_row(self.spec.run_id, row)
         except StoreError as err:
             self.unstored[row.key()] = row
             self.reporter.note(f"row of case {row.case_index} not stored ({err}); it stays in the document")
-        self.reporter.case_done(slot, row)
 
     def slot_failed(self, slot: str, message: str) -> None:
         self.reporter.note(f"{slot}: no worker could start; its cases go to the others. {message}")
