@@ -266,7 +266,7 @@ def test_rows_stored_together_fall_back_to_one_by_one_and_a_refused_row_stays_in
                                                                                              monkeypatch):
     from operatorx.run.job import JobSpec
     from operatorx.run.scheduler import FinishedCase, Task
-    from operatorx.run.sweep import _Sink
+    from operatorx.run.sweep import _close, _Sink
     from operatorx.run.worker_process import CaseOutcome
     from operatorx.store import StoreError
     from tests.store.conftest import done, planned
@@ -281,8 +281,8 @@ def test_rows_stored_together_fall_back_to_one_by_one_and_a_refused_row_stays_in
     real_put_rows = store.put_rows
     monkeypatch.setattr(store, "put_rows",
                         lambda run_id, rows: together.append(len(rows)) or real_put_rows(run_id, rows))
-    sink.cases_finished(finished[:2])                     # two at once: one transaction
-    assert together == [2] and store.unfinished("r") == [2]
+    sink.cases_finished([finished[0], finished[2]])       # two at once: one transaction
+    assert together == [2] and store.unfinished("r") == [1]
 
     def refuse(run_id, rows):
         raise StoreError("database is locked")
@@ -297,6 +297,13 @@ def test_rows_stored_together_fall_back_to_one_by_one_and_a_refused_row_stays_in
     monkeypatch.setattr(store, "put_rows", refuse)
     monkeypatch.setattr(store, "put_row", put_row)
     sink.cases_finished(finished)                         # the group fails: each alone, row 1 refused
-    assert store.unfinished("r") == [] and list(sink.unstored) == [done(1).key()]
-    assert reporter.done == [("gpu0", 0), ("gpu1", 1), ("gpu0", 0), ("gpu1", 1), ("gpu0", 2)]
+    assert store.unfinished("r") == [1] and list(sink.unstored) == [done(1).key()]
+    assert reporter.done == [("gpu0", 0), ("gpu0", 2), ("gpu0", 0), ("gpu1", 1), ("gpu0", 2)]
     assert len(reporter.notes) == 1 and "row of case 1 not stored (value out of range)" in reporter.notes[0]
+    # the run's document holds the refused row; the outcome counts it without validating every row
+    outcome = _close(sink.spec, store, "finished", sink.unstored)
+    assert outcome.unstored == 1
+    assert outcome.count("ok") == 3 and "rows" not in outcome.__dict__            # not validated yet
+    saved = json.loads(outcome.document_path.read_text())
+    assert [d["status"] for d in saved["rows"]] == ["ok"] * 3 and saved["run"]["unstored_rows"] == 1
+    assert [r.case_index for r in outcome.rows] == [0, 1, 2] and outcome.rows[1].status == "ok"

@@ -13,6 +13,7 @@ that have no final row. `run` and `ab` share this path: an A/B is a job of pairs
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import secrets
@@ -76,13 +77,22 @@ class RunOutcome:
     document_path: Path
     state: str = "finished"
     """finished, interrupted (a signal; `--resume` finishes it) or failed (no worker could run)."""
-    rows: list[Row] = field(default_factory=list)
-    """Every row of the run, in case order (`missing` for the cases that did not finish)."""
+    row_docs: list[dict[str, Any]] = field(default_factory=list)
+    """Every row of the run as the document holds it, in case order (`missing` for the cases that did
+    not finish). The typed rows are `rows`, validated when first asked for: validating 5,000 rows
+    costs about a second that the command's summary does not need."""
     unstored: int = 0
     """Rows the database refused after its retries; the document holds them."""
 
+    @functools.cached_property
+    def rows(self) -> list[Row]:
+        """`row_docs` as typed rows."""
+        from operatorx.result import Row
+
+        return [Row.from_json(d) for d in self.row_docs]
+
     def count(self, status: str) -> int:
-        return sum(r.status == status for r in self.rows)
+        return sum(d["status"] == status for d in self.row_docs)
 
 
 def now_utc() -> str:
@@ -288,14 +298,14 @@ def _close(spec: JobSpec, store: Store, state: str, unstored: dict[tuple[str, st
     from operatorx.store import write_json_atomic
 
     doc = store.document(spec.run_id)
-    rows = [Row.from_json(r) for r in doc["rows"]]
     if unstored:
-        rows = [unstored.get(r.key(), r) for r in rows]
-        doc["rows"] = [r.to_json() for r in rows]
+        rows = [Row.from_json(r) for r in doc["rows"]]
+        doc["rows"] = [unstored.get(r.key(), r).to_json() for r in rows]
         doc["run"]["unstored_rows"] = len(unstored)
     path = spec.config.results_dir / f"{spec.run_id}.json"
     write_json_atomic(doc, path)
-    return RunOutcome(run_id=spec.run_id, document_path=path, state=state, rows=rows, unstored=len(unstored))
+    return RunOutcome(run_id=spec.run_id, document_path=path, state=state, row_docs=doc["rows"],
+                      unstored=len(unstored))
 
 
 def _decided(config: RunConfig) -> RunConfig:
