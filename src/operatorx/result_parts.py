@@ -127,9 +127,11 @@ class TimingInfo(OpenPart):
                                                 "starved calls resized the next spin", "batches")
     unattributed_activities: Optional[int] = doc("device activities no timed call launched", "count")
     spin_released_batches: Optional[int] = doc(
-        "batches whose GPU wait the host ended right after its last launch (measure/host_release.py): those "
-        "whose spin is not trimmed (the first batch, every batch of a multi-kernel call or with Kineto's "
-        "records, the batch after a starved one); the others spin a length sized from the last batch",
+        "batches queued behind a wait that the host ends right after its last launch (measure/host_release.py): "
+        "those whose spin is not trimmed (the first batch, every batch of a multi-kernel call or with Kineto's "
+        "records, the batch after a starved one); the others spin a length sized from the last batch. The wait "
+        "still ends by its budget (the untrimmed spin's length) if the host has not let go by then, e.g. when it "
+        "blocked in a full launch queue; the GPU time counted for it is the shorter of the two",
         "batches")
     spin_release_unavailable: Optional[str] = doc("why this process spun fixed lengths instead of waiting for "
                                                   "the host (no Triton, or pinned memory the GPU cannot map); "

@@ -113,3 +113,43 @@ def test_each_hold_takes_a_new_ticket_and_a_stale_hold_is_let_go_first(monkeypat
     waiting.release()
     waiting.release()                                                   # a second release changes nothing
     assert waiting._word[0] == 2
+
+
+def test_on_rocm_it_is_not_tried(monkeypatch):
+    """The wait reads NVIDIA's %clock64 through inline PTX: a ROCm build is told so, and nothing is
+    compiled (at best a compile error, at worst a fatal one in the worker)."""
+    import torch
+
+    from operatorx.measure import host_release
+
+    built: list[int] = []
+    monkeypatch.setattr(torch.version, "hip", "6.2.0", raising=False)
+    monkeypatch.setattr(host_release, "HostRelease", lambda: built.append(1))
+    monkeypatch.setattr(host_release, "_instance", None)
+    monkeypatch.setattr(host_release, "_unavailable", None)
+    assert host_release.host_release() is None and built == []
+    assert host_release.unavailable_reason() == "ROCm: the wait reads NVIDIA's %clock64 (PTX)"
+
+
+def test_a_hold_whose_launch_raised_is_still_let_go(monkeypatch):
+    """A launch that queued the wait and then raised (a Triton launcher error after the enqueue) must
+    not leave the GPU waiting out the whole budget: the next release writes the ticket."""
+    import numpy as np
+
+    from operatorx.measure import host_release
+
+    def failing_launch(*args, **kwargs):
+        raise RuntimeError("launcher failed after the enqueue")
+
+    class FakeKernel:
+        def __getitem__(self, grid):
+            return failing_launch
+
+    waiting = object.__new__(host_release.HostRelease)
+    waiting._word, waiting._ticket, waiting._held = np.zeros(1, dtype=np.int64), 0, False
+    waiting._flag = None                    # the pinned tensor; the fake launch never reads it
+    monkeypatch.setattr(host_release, "_wait_kernel", lambda: FakeKernel())
+    with pytest.raises(RuntimeError):
+        waiting.hold(1000)
+    waiting.release()
+    assert waiting._word[0] == 1 and not waiting._held

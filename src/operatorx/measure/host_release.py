@@ -73,8 +73,8 @@ class HostRelease:
         self.release()
         self._ticket += 1
         budget = min(max(1, int(max_cycles)), _MAX_CYCLES)     # an int32 always: one compiled signature
+        self._held = True       # before the launch: one that queued the wait and then raised is still let go
         _wait_kernel()[(1,)](self._flag, self._ticket, budget, num_warps=1)
-        self._held = True
 
     def release(self) -> None:
         """Let the GPU go on with what was queued behind the wait (at once if it gave up already)."""
@@ -89,6 +89,9 @@ def host_release() -> Optional[HostRelease]:
     if _instance is None and _unavailable is None:
         import torch
 
+        if getattr(torch.version, "hip", None):
+            _unavailable = "ROCm: the wait reads NVIDIA's %clock64 (PTX)"
+            return None
         if torch.cuda.is_available():
             torch.cuda.synchronize()    # an earlier op's asynchronous error is its own, not this wait's
         try:
