@@ -45,6 +45,46 @@ def test_a_wait_the_host_never_ends_gives_up_after_its_budget_and_the_next_one_w
 
 
 @pytest.mark.gpu
+def test_a_hold_left_over_by_an_error_is_let_go_by_the_next_one():
+    """An error between a hold and its release leaves a wait queued; the next hold lets it go
+    before queueing its own, so nothing waits out a budget of ~1 s (2**31 cycles at ~2 GHz)."""
+    import torch
+
+    from operatorx.measure.host_release import host_release, unavailable_reason
+
+    waiting = host_release()
+    assert waiting is not None, unavailable_reason()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    waiting.hold(2**31 - 1)                 # never released by its caller
+    waiting.hold(2**31 - 1)
+    waiting.release()
+    torch.cuda.synchronize()
+    assert time.perf_counter() - t0 < 0.2
+
+
+@pytest.mark.gpu
+def test_no_ticket_or_budget_compiles_the_wait_again():
+    """Triton would compile again for an int of 1 or one divisible by 16 if it specialized on them
+    (about 250 ms on the H200, inside a case): every hold launches the one compiled kernel."""
+    import torch
+
+    from operatorx.measure.host_release import host_release, unavailable_reason
+
+    waiting = host_release()
+    assert waiting is not None, unavailable_reason()
+    for budget in (1, 16, 17, 4096, 2**20 + 1, 2**31 - 1):
+        for _ in range(3):                  # tickets of every kind go by as well
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            waiting.hold(budget)
+            launch_s = time.perf_counter() - t0
+            waiting.release()
+            torch.cuda.synchronize()
+            assert launch_s < 0.05, (budget, launch_s)
+
+
+@pytest.mark.gpu
 def test_the_timer_releases_every_batch_of_a_multi_kernel_call():
     import torch
 
