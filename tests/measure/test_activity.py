@@ -167,6 +167,8 @@ def test_each_call_owns_what_it_launched_and_earlier_work_is_not_the_batch(fake)
 def test_the_session_is_opened_once_and_a_pause_ends_with_recording_back_on(fake):
     first = activity.activity_session()
     assert activity.activity_session() is first
+    start = first.startup_s                               # the session's start, by step, for the worker's laps
+    assert list(start) == ["import", "callbacks", "enable", "filter"] and all(v >= 0 for v in start.values())
     with activity.activity_paused():
         assert fake.enabled == set()
         fake.launch("while_paused", 1_000)                # not recorded at all

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Optional, Protocol
@@ -138,8 +139,12 @@ class CuptiSession:
     name = "cupti-python"
 
     def __init__(self) -> None:
+        t0 = time.perf_counter()
         from cupti import cupti
 
+        self.startup_s: dict[str, float] = {"import": round(time.perf_counter() - t0, 4)}
+        """Seconds of this session's start by step (import, callbacks, enable, filter): about 1 s of a
+        worker's start on the H200, not yet split until these were kept."""
         self._cupti = cupti
         self._lock = threading.Lock()
         self._device: list[tuple[Activity, int]] = []       # (activity, correlation id)
@@ -159,7 +164,9 @@ class CuptiSession:
         """Records skipped since the last batch: incomplete (no end time) or not decodable."""
         self.api_ids_refused = 0
         """Non-launching API ids CUPTI would not filter (ids it does not know): still recorded."""
+        t0 = time.perf_counter()
         cupti.activity_register_callbacks(self._requested, self._completed)
+        self.startup_s["callbacks"] = round(time.perf_counter() - t0, 4)
         self._on = False
         try:
             self._resume()
@@ -231,11 +238,15 @@ class CuptiSession:
 
     def _resume(self) -> None:
         if not self._on:
+            t0 = time.perf_counter()
             for kind in self._kinds:
                 self._cupti.activity_enable(kind)
+            t1 = time.perf_counter()
             if self.api_filter:
                 self._filter_api_records()
             self._on = True
+            self.startup_s.setdefault("enable", round(t1 - t0, 4))        # the first resume: the session's start
+            self.startup_s.setdefault("filter", round(time.perf_counter() - t1, 4))
 
     def _filter_api_records(self) -> None:
         """Turn off the records of every API call that launches nothing (each one a record to decode,

@@ -103,8 +103,10 @@ class _RunJob:
             if cupti:
                 from operatorx.measure.activity import activity_session
 
-                activity_session()          # CUPTI's start-up: host work, done while the GPU spins
+                session = activity_session()    # CUPTI's start-up: host work, done while the GPU spins
                 startup.lap("activity")
+                for step, seconds in (getattr(session, "startup_s", None) or {}).items():
+                    startup.laps[f"activity.{step}"] = seconds    # inside the lap above, by step
         # host-only steps, also while the GPU spins
         from operatorx.measure.stats import preload
 
