@@ -34,8 +34,8 @@ class FakeSlot:
     queue: list[int] = field(default_factory=list, init=False)
     ran: list[tuple[int, int]] = field(default_factory=list, init=False)
     """(worker number, case index) of every case a worker started."""
-    case_s: float = 0.0
-    """How long each case takes."""
+    after: Optional[threading.Event] = None
+    """A case ends only once this is set (and clears it): the parent has taken the last row in."""
     sent_ahead: int = field(default=0, init=False)
     workers_started: int = field(default=0, init=False)
 
@@ -59,7 +59,9 @@ class FakeSlot:
     def await_case(self, index: int, deadline_s: float, stop: threading.Event) -> CaseOutcome:
         assert self.worker is not None and self.queue[0] == index, (self.queue, index)
         self.queue.pop(0)
-        time.sleep(self.case_s)
+        if self.after is not None:
+            assert self.after.wait(10)
+            self.after.clear()
         self.ran.append((self.worker, index))
         if self.stop_after is not None:
             self.stop_after.set()
@@ -177,13 +179,21 @@ class SlowEvents(Events):
         super().__init__()
         self.calls: list[list[int]] = []
         self.order: list[str] = []
+        self.running: set[int] = set()
+        self.running_beside_ends: list[set[int]] = []
 
     def case_started(self, slot: str, task: Task) -> None:
         self.order.append(f"started {task.index}")
+        self.running.add(task.index)
 
     def cases_finished(self, finished: list[FinishedCase]) -> None:
         if not self.calls:
             time.sleep(0.3)                       # the fake workers finish every other case meanwhile
+        done = {f.task.index for f in finished}
+        # one slot runs one case at a time: none but these may be told as running now, or a progress
+        # display would end on "idle" while the next case runs (told before the end of the one before)
+        self.running_beside_ends.append(self.running - done)
+        self.running -= done
         self.calls.append([f.task.index for f in finished])
         self.order += [f"finished {f.task.index}" for f in finished]
         super().cases_finished(finished)
@@ -196,12 +206,40 @@ def test_rows_that_finish_while_the_store_is_busy_are_handed_over_together():
     assert sorted(events.finished) == [(i, None) for i in range(n)]            # each case once
     assert max(len(c) for c in events.calls) == FINISHED_PER_CALL              # the backlog, bounded
     assert [i for c in events.calls for i in c] == list(range(n))              # one slot: in its order
-    # every case is told as started before it is told as finished
+    # every case is told as started before it is told as finished, and a case still running is told
+    # after the ends handed over with it
     assert all(events.order.index(f"started {i}") < events.order.index(f"finished {i}") for i in range(n))
+    assert all(not r for r in events.running_beside_ends), events.running_beside_ends
+
+
+def test_a_case_still_running_is_told_after_the_ends_handed_over_with_it():
+    """A slot queues case 0's end, then case 1's start; case 2 started and ended in the same group.
+    Told: 2's start before its end, and 1's start after 0's end (a progress display ends on 1)."""
+    from operatorx.run.scheduler import _Event
+
+    events = SlowEvents()
+    events.calls.append([])
+    tasks = _tasks(3)
+    scheduler = Scheduler([FakeSlot("gpu0")], tasks, deadline_s=10, grace_s=1, events=events)
+    ok = {i: CaseOutcome(index=i, row={"status": "ok"}) for i in range(3)}
+    ended = scheduler._handle([_Event("finished", "gpu0", tasks[0], ok[0]), _Event("started", "gpu0", tasks[1]),
+                               _Event("started", "gpu1", tasks[2]), _Event("finished", "gpu1", tasks[2], ok[2]),
+                               _Event("slot_done", "gpu1")])
+    assert ended == 1 and events.calls[1:] == [[0, 2]]
+    assert events.order == ["started 2", "finished 0", "finished 2", "started 1"]
 
 
 def test_a_row_that_arrives_alone_is_handed_over_alone_at_once():
-    events = SlowEvents()
+    taken = threading.Event()
+    taken.set()
+
+    class Keeping(SlowEvents):
+        def cases_finished(self, finished: list[FinishedCase]) -> None:
+            super().cases_finished(finished)
+            taken.set()
+
+    events = Keeping()
     events.calls.append([])                         # no slow first call: a store that keeps up
-    Scheduler([FakeSlot("gpu0", case_s=0.02)], _tasks(8), deadline_s=10, grace_s=1, events=events).run()
+    # each case ends only once the parent has taken the last row in: rows arrive one at a time
+    Scheduler([FakeSlot("gpu0", after=taken)], _tasks(8), deadline_s=10, grace_s=1, events=events).run()
     assert events.calls[1:] == [[i] for i in range(8)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -264,19 +265,12 @@ class _Notes:
 
 def test_rows_stored_together_fall_back_to_one_by_one_and_a_refused_row_stays_in_the_document(tmp_path,
                                                                                              monkeypatch):
-    from operatorx.run.job import JobSpec
-    from operatorx.run.scheduler import FinishedCase, Task
-    from operatorx.run.sweep import _close, _Sink
-    from operatorx.run.worker_process import CaseOutcome
+    from operatorx.run.sweep import _close
     from operatorx.store import StoreError
-    from tests.store.conftest import done, planned
+    from tests.store.conftest import done
 
-    store = Store(str(tmp_path / "ox.db"))
-    store.begin_run("r", "2026-12-01T00:00:00", "t", "torch", "cpu", {}, planned(3))
-    reporter = _Notes()
-    sink = _Sink(JobSpec(config=_config(tmp_path, "t"), run_id="r", testlist="t"), store, reporter)
-    finished = [FinishedCase(f"gpu{i % 2}", Task(index=i, case=done(i).case),
-                             CaseOutcome(index=i, row=done(i).to_json())) for i in range(3)]
+    store, reporter, sink, finished = _sink(tmp_path, 3)
+    finished = [replace(f, slot=f"gpu{f.task.index % 2}") for f in finished]
     together: list[int] = []
     real_put_rows = store.put_rows
     monkeypatch.setattr(store, "put_rows",
@@ -307,3 +301,52 @@ def test_rows_stored_together_fall_back_to_one_by_one_and_a_refused_row_stays_in
     saved = json.loads(outcome.document_path.read_text())
     assert [d["status"] for d in saved["rows"]] == ["ok"] * 3 and saved["run"]["unstored_rows"] == 1
     assert [r.case_index for r in outcome.rows] == [0, 1, 2] and outcome.rows[1].status == "ok"
+
+
+def _sink(tmp_path, n: int):
+    from operatorx.run.job import JobSpec
+    from operatorx.run.scheduler import FinishedCase, Task
+    from operatorx.run.sweep import _Sink
+    from operatorx.run.worker_process import CaseOutcome
+    from tests.store.conftest import done, planned
+
+    store = Store(str(tmp_path / "ox.db"))
+    store.begin_run("r", "2026-12-01T00:00:00", "t", "torch", "cpu", {}, planned(n))
+    reporter = _Notes()
+    sink = _Sink(JobSpec(config=_config(tmp_path, "t"), run_id="r", testlist="t"), store, reporter)
+    finished = [FinishedCase("gpu0", Task(index=i, case=done(i).case), CaseOutcome(index=i, row=done(i).to_json()))
+                for i in range(n)]
+    return store, reporter, sink, finished
+
+
+def test_a_failing_database_is_not_tried_row_by_row_for_the_whole_group(tmp_path, monkeypatch):
+    """Locked or unreachable: each try waits out the store's retries, so after two single rows fail
+    one after another the rest of the group goes to the document untried."""
+    from operatorx.store import StoreError
+
+    store, reporter, sink, finished = _sink(tmp_path, 6)
+    tries: list[int] = []
+
+    def locked(run_id, rows):
+        raise StoreError("database is locked")
+
+    def locked_row(run_id, row):
+        tries.append(row.case_index)
+        raise StoreError("database is locked")
+
+    monkeypatch.setattr(store, "put_rows", locked)
+    monkeypatch.setattr(store, "put_row", locked_row)
+    sink.cases_finished(finished)
+    assert tries == [0, 1] and len(sink.unstored) == 6 and len(reporter.done) == 6
+    assert reporter.notes[-1] == ("4 more row(s) not tried: the database failed 2 rows in a row; they stay in "
+                                  "the document")
+
+
+def test_a_row_from_the_worker_that_does_not_validate_is_its_case_error_and_the_others_are_stored(tmp_path):
+    store, reporter, sink, finished = _sink(tmp_path, 3)
+    finished[1].outcome.row = {**finished[1].outcome.row, "status": "finished-ish"}
+    sink.cases_finished(finished)
+    rows = store.rows("r")
+    assert [r.status for r in rows] == ["ok", "error", "ok"] and store.unfinished("r") == []
+    assert rows[1].error_kind == "exception" and rows[1].message.startswith(
+        "exception: the worker's row did not validate: ")

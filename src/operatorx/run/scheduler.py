@@ -244,26 +244,39 @@ class Scheduler:
 
     def _handle(self, events: list[_Event]) -> int:
         """Hand `events` on in their order, except that the finished cases among them are told
-        together, last (a case's own `started` still comes before its end: its slot queued it
-        first); returns how many slots ended."""
-        ended = 0
+        together, and a case that started in this group and is still running is told after them: a
+        slot queues its case's end before its next case's start, and a progress display must end on
+        the running case, not on the one before it. Returns how many slots ended."""
+        ends = {e.task.index for e in events if e.kind == "finished" and e.task is not None}
         finished: list[FinishedCase] = []
+        still_running: list[_Event] = []
+        ended = 0
         for event in events:
             if event.kind == "finished" and event.task is not None and event.outcome is not None:
                 final = self._finished(event.slot, event.task, event.outcome)
                 if final is not None:
                     finished.append(final)
-            elif event.kind == "slot_done":
-                ended += 1
-            elif event.kind == "slot_failed":
-                self.events.slot_failed(event.slot, event.message)
-            elif event.kind == "ready" and event.info is not None:
-                self.events.worker_ready(event.slot, event.info)
-            elif event.kind == "started" and event.task is not None:
-                self.events.case_started(event.slot, event.task)
+            elif event.kind == "started" and event.task is not None and event.task.index not in ends:
+                still_running.append(event)
+            else:
+                ended += self._tell(event)
         if finished:
             self.events.cases_finished(finished)
+        for event in still_running:
+            self._tell(event)
         return ended
+
+    def _tell(self, event: _Event) -> int:
+        """One event that is not a case's end; 1 for a slot that ended."""
+        if event.kind == "slot_done":
+            return 1
+        if event.kind == "slot_failed":
+            self.events.slot_failed(event.slot, event.message)
+        elif event.kind == "ready" and event.info is not None:
+            self.events.worker_ready(event.slot, event.info)
+        elif event.kind == "started" and event.task is not None:
+            self.events.case_started(event.slot, event.task)
+        return 0
 
     def _finished(self, slot: str, task: Task, outcome: CaseOutcome) -> Optional[FinishedCase]:
         """The case's bookkeeping; its final outcome, or None when it is tried again or stays missing."""

@@ -191,6 +191,10 @@ def _failure_row(spec: JobSpec, task: Task, outcome: CaseOutcome) -> Row:
                                "error_kind": kind, "metrics": metrics})
 
 
+_FAILED_IN_A_ROW = 2
+"""Single rows the store failed one after another before the rest of a group is not tried."""
+
+
 class _Sink:
     """Final rows to the store (and the reporter), worker info to the run record."""
 
@@ -217,17 +221,40 @@ class _Sink:
         self.reporter.case_started(slot, task.index, task.case)
 
     def cases_finished(self, finished: list[FinishedCase]) -> None:
-        """Store the rows in one transaction; when that fails, each on its own, so one row the store
-        refuses does not take the others with it (a refused row stays in the document)."""
-        from operatorx.result import Row
-
-        rows = [Row.from_json(f.outcome.row) if f.outcome.row is not None
-                else _failure_row(self.spec, f.task, f.outcome) for f in finished]
+        """Store the rows in one transaction. When that fails, each on its own, so that one row the
+        store refuses does not take the others with it; but after `_FAILED_IN_A_ROW` single rows fail
+        one after another the database itself is failing (locked, unreachable), and the rest are not
+        tried: each try waits out the store's retries, and a stopping run must not wait that long
+        per row. A row that is not stored stays in the run's document."""
+        rows = [self._row(f) for f in finished]
         if len(rows) == 1 or not self._put_together(rows):
+            failed_in_a_row, skipped = 0, 0
             for row in rows:
-                self._put_alone(row)
+                if failed_in_a_row >= _FAILED_IN_A_ROW:
+                    self.unstored[row.key()] = row
+                    skipped += 1
+                else:
+                    failed_in_a_row = 0 if self._put_alone(row) else failed_in_a_row + 1
+            if skipped:
+                self.reporter.note(f"{skipped} more row(s) not tried: the database failed {_FAILED_IN_A_ROW} "
+                                   "rows in a row; they stay in the document")
         for f, row in zip(finished, rows, strict=True):
             self.reporter.case_done(f.slot, row)
+
+    def _row(self, f: FinishedCase) -> Row:
+        """The case's row; a row from the worker that does not validate is that case's error, not
+        the end of the run (nor of the other rows stored with it)."""
+        from operatorx.result import Row
+
+        if f.outcome.row is None:
+            return _failure_row(self.spec, f.task, f.outcome)
+        try:
+            return Row.from_json(f.outcome.row)
+        except Exception as err:  # noqa: BLE001 - a malformed row (a user backend's metadata, a version skew)
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            unreadable = CaseOutcome(index=f.outcome.index, failure="exception",
+                                     detail=f"the worker's row did not validate: {first}")
+            return _failure_row(self.spec, f.task, unreadable)
 
     def _put_together(self, rows: list[Row]) -> bool:
         try:
@@ -236,12 +263,14 @@ class _Sink:
             return False
         return True
 
-    def _put_alone(self, row: Row) -> None:
+    def _put_alone(self, row: Row) -> bool:
         try:
             self.store.put_row(self.spec.run_id, row)
         except StoreError as err:
             self.unstored[row.key()] = row
             self.reporter.note(f"row of case {row.case_index} not stored ({err}); it stays in the document")
+            return False
+        return True
 
     def slot_failed(self, slot: str, message: str) -> None:
         self.reporter.note(f"{slot}: no worker could start; its cases go to the others. {message}")

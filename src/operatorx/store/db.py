@@ -1,9 +1,11 @@
 """The results database: SQLite by default, PostgreSQL when given a `postgresql://` URL.
 
 A run is stored when it begins, with one `missing` row per planned case; each case's row replaces
-its planned row when the case ends (committed at once, so a crash loses at most the case in flight,
-and `unfinished` says what a resume still has to run). Writes that meet a busy database wait and
-retry; anything that still fails is a StoreError with one line that says what to do.
+its planned row when the parent takes it in (committed at once: alone, or with the rows that finished
+while the parent was storing the last ones, so a crash loses at most the cases in flight and the
+rows waiting for the parent, and `unfinished` says what a resume still has to run). Writes that meet
+a busy database wait and retry; anything that still fails is a StoreError with one line that says
+what to do.
 """
 
 from __future__ import annotations
