@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -181,6 +182,7 @@ class SlowEvents(Events):
         self.order: list[str] = []
         self.running: set[int] = set()
         self.running_beside_ends: list[set[int]] = []
+        self.busy: Callable[[], None] = lambda: time.sleep(0.3)
 
     def case_started(self, slot: str, task: Task) -> None:
         self.order.append(f"started {task.index}")
@@ -188,7 +190,7 @@ class SlowEvents(Events):
 
     def cases_finished(self, finished: list[FinishedCase]) -> None:
         if not self.calls:
-            time.sleep(0.3)                       # the fake workers finish every other case meanwhile
+            self.busy()                           # the fake workers finish cases meanwhile
         done = {f.task.index for f in finished}
         # one slot runs one case at a time: none but these may be told as running now, or a progress
         # display would end on "idle" while the next case runs (told before the end of the one before)
@@ -202,7 +204,16 @@ class SlowEvents(Events):
 def test_rows_that_finish_while_the_store_is_busy_are_handed_over_together():
     n = FINISHED_PER_CALL + 20
     events = SlowEvents()
-    Scheduler([FakeSlot("gpu0")], _tasks(n), deadline_s=10, grace_s=1, events=events).run()
+    slot = FakeSlot("gpu0")
+
+    def until_every_case_ran() -> None:      # however slow the machine: the backlog is all there
+        deadline = time.monotonic() + 30
+        while len(slot.ran) < n and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.05)                     # its last `finished` queued after its start
+
+    events.busy = until_every_case_ran
+    Scheduler([slot], _tasks(n), deadline_s=10, grace_s=1, events=events).run()
     assert sorted(events.finished) == [(i, None) for i in range(n)]            # each case once
     assert max(len(c) for c in events.calls) == FINISHED_PER_CALL              # the backlog, bounded
     assert [i for c in events.calls for i in c] == list(range(n))              # one slot: in its order
