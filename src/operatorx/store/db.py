@@ -196,11 +196,7 @@ class Store:
 
     def put_row(self, run_id: str, row: Row) -> None:
         """Store a case's row, replacing its planned row (or an earlier try) with the same identity."""
-        doc = row.to_json()
-        try:
-            self._write("store a row in", lambda conn: upsert_rows(conn, run_id, [doc], self._case_ids))
-        except IntegrityError:
-            raise RunNotFound(f"no run {run_id!r} in {self.url} to store a row in") from None
+        self._put(run_id, [row])
 
     add_row = put_row                      # the name callers used before put_row
 
@@ -208,13 +204,17 @@ class Store:
         """Store several rows in one transaction (all or none): what a sweep's parent does with the
         rows that finished while it was storing the last ones. One commit instead of one each keeps a
         parent fed by many GPUs (or a Ray cluster) from falling behind a database's commit time."""
+        self._put(run_id, rows_)
+
+    def _put(self, run_id: str, rows_: list[Row]) -> None:
         if not rows_:
             return
         docs = [r.to_json() for r in rows_]
+        what = "a row" if len(docs) == 1 else "rows"
         try:
-            self._write("store rows in", lambda conn: upsert_rows(conn, run_id, docs, self._case_ids))
+            self._write(f"store {what} in", lambda conn: upsert_rows(conn, run_id, docs, self._case_ids))
         except IntegrityError:
-            raise RunNotFound(f"no run {run_id!r} in {self.url} to store rows in") from None
+            raise RunNotFound(f"no run {run_id!r} in {self.url} to store {what} in") from None
 
     def unfinished(self, run_id: str) -> list[int]:
         """case_index of the run's rows still `missing`, in order."""
