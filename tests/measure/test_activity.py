@@ -133,7 +133,7 @@ def fake(monkeypatch):
     monkeypatch.setitem(sys.modules, "cupti", types.SimpleNamespace(cupti=cupti))
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     monkeypatch.setattr(torch._C, "_demangle", lambda name: name.replace("_Z4gemm", "gemm()"))
-    for name, value in (("_session", None), ("_kineto_only", False), ("_fallback_reason", None)):
+    for name, value in (("_session", None), ("_kineto_only", False), ("_fallback_reason", None), ("_opening", None)):
         monkeypatch.setattr(activity, name, value)      # restored after the test: the process's session
     monkeypatch.delenv(activity.ACTIVITY_ENV, raising=False)
     return cupti
@@ -177,6 +177,43 @@ def test_the_session_is_opened_once_and_a_pause_ends_with_recording_back_on(fake
     assert [len(c.activities) for c in batch.calls] == [1, 1] and batch.unattributed == 0
 
 
+def test_a_session_started_on_a_thread_records_only_once_asked_for(fake):
+    activity.open_in_background()
+    opening = activity._opening
+    assert opening is not None
+    opening.thread.join(5)
+    assert opening.session is not None and fake.callbacks is not None      # CUPTI started on the thread
+    assert fake.enabled == set()            # and recording still off: the calibration runs unrecorded
+    session = activity.activity_session()
+    assert session is opening.session and activity._opening is None
+    assert fake.enabled == {int(k) for k in Kind}
+    assert list(session.startup_s) == ["import", "callbacks", "wait", "enable", "filter"]
+    batch = session.batch(lambda: fake.launch("k", 1_000), 2, None, spin_cycles=0)
+    assert [len(c.activities) for c in batch.calls] == [1, 1]
+
+
+def test_a_thread_that_could_not_start_cupti_leaves_kineto_and_the_reason(fake, monkeypatch):
+    def broken(*args):
+        raise OSError("libcupti.so.13: cannot open shared object file")
+
+    monkeypatch.setattr(fake, "activity_register_callbacks", broken)
+    activity.open_in_background()
+    session = activity.activity_session()
+    assert isinstance(session, activity.KinetoSession)
+    reason = activity.fallback_reason()
+    assert reason is not None and "OSError: libcupti.so.13: cannot open" in reason
+
+
+def test_no_thread_is_started_where_kineto_is_asked_for(fake, monkeypatch):
+    monkeypatch.setenv(activity.ACTIVITY_ENV, "kineto")
+    activity.open_in_background()
+    assert activity._opening is None and fake.callbacks is None
+    activity.use_kineto("--trace")
+    monkeypatch.delenv(activity.ACTIVITY_ENV)
+    activity.open_in_background()
+    assert activity._opening is None
+
+
 def test_an_incomplete_or_odd_record_is_skipped_and_counted_not_timed(fake):
     session = activity.activity_session()
     calls = iter(range(3))
@@ -215,7 +252,7 @@ def test_an_unknown_source_name_warns_and_the_default_is_used(fake, monkeypatch)
 @pytest.fixture
 def fresh(monkeypatch):
     """The process's session state, restored after the test."""
-    for name, value in (("_session", None), ("_kineto_only", False), ("_fallback_reason", None)):
+    for name, value in (("_session", None), ("_kineto_only", False), ("_fallback_reason", None), ("_opening", None)):
         monkeypatch.setattr(activity, name, value)
     monkeypatch.delenv(activity.ACTIVITY_ENV, raising=False)
 

@@ -40,7 +40,7 @@ from operatorx.measure.trace import (
 )
 
 __all__ = ["ACTIVITY_ENV", "API_ENV", "ActivitySession", "CuptiSession", "KinetoSession", "activity_paused",
-           "activity_session", "fallback_reason", "launches_device_work", "use_kineto"]
+           "activity_session", "fallback_reason", "launches_device_work", "open_in_background", "use_kineto"]
 
 ACTIVITY_ENV = "OPERATORX_ACTIVITY"
 """`kineto` forces one torch.profiler session per batch; `cupti` requires cupti-python (an error if
@@ -138,7 +138,9 @@ class CuptiSession:
 
     name = "cupti-python"
 
-    def __init__(self) -> None:
+    def __init__(self, enable: bool = True) -> None:
+        """`enable=False` does only the slow part (the import and CUPTI's own start, ~1 s on the H200)
+        and leaves recording off until `begin()`: what `open_in_background` runs on its thread."""
         t0 = time.perf_counter()
         from cupti import cupti
 
@@ -168,6 +170,11 @@ class CuptiSession:
         cupti.activity_register_callbacks(self._requested, self._completed)
         self.startup_s["callbacks"] = round(time.perf_counter() - t0, 4)
         self._on = False
+        if enable:
+            self.begin()
+
+    def begin(self) -> None:
+        """Turn recording on for the first time; a CUPTI that fails half-way is turned off again."""
         try:
             self._resume()
         except Exception:
@@ -338,6 +345,57 @@ class CuptiSession:
 _session: Optional[ActivitySession] = None
 _kineto_only = False
 _fallback_reason: Optional[str] = None
+_opening: Optional[_Opening] = None
+
+
+class _Opening:
+    """A CUPTI session being started on a thread: its outcome (the session, or what it raised)."""
+
+    def __init__(self) -> None:
+        self.session: Optional[CuptiSession] = None
+        self.error: Optional[BaseException] = None
+        self.thread = threading.Thread(target=self._open, name="operatorx-cupti-start", daemon=True)
+        self.thread.start()
+
+    def _open(self) -> None:
+        try:
+            self.session = CuptiSession(enable=False)
+        except BaseException as err:  # noqa: BLE001 - handed to activity_session(), which decides
+            self.error = err
+
+    def wait(self) -> CuptiSession:
+        """The session (recording still off), once the thread is done; what it raised, raised here."""
+        t0 = time.perf_counter()
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        assert self.session is not None
+        self.session.startup_s["wait"] = round(time.perf_counter() - t0, 4)
+        return self.session
+
+
+def open_in_background() -> None:
+    """Start CUPTI on a thread now, where `activity_session()` would pick cupti-python.
+
+    CUPTI's start (loading the library, attaching to the driver: ~1 s of a worker's start on the H200)
+    releases the GIL, so a worker starts it before importing torch and creating its CUDA context and
+    the two overlap. Recording stays off until `activity_session()` (which waits for the thread): the
+    device calibration in between runs unrecorded, as before."""
+    global _opening
+    if _session is None and _opening is None and not _kineto_only and _wanted_source() != "kineto":
+        _opening = _Opening()
+
+
+def _wanted_source() -> str:
+    """`OPERATORX_ACTIVITY` as given: kineto, cupti or '' (a name that is neither warns once and reads '')."""
+    wanted = os.environ.get(ACTIVITY_ENV, "").strip().lower()
+    if wanted not in ("", "kineto", "cupti"):
+        import warnings
+
+        warnings.warn(f"{ACTIVITY_ENV}={wanted!r} is not kineto or cupti; ignored (cupti-python where it "
+                      "starts, else Kineto)", stacklevel=3)
+        return ""
+    return wanted
 
 
 def use_kineto(reason: str) -> None:
@@ -352,22 +410,22 @@ def use_kineto(reason: str) -> None:
 
 def activity_session() -> ActivitySession:
     """The process's session, opened on first use (CUPTI's own start-up, ~1 s, happens here)."""
-    global _session, _fallback_reason
+    global _session, _fallback_reason, _opening
     if _session is not None:
         return _session
-    wanted = os.environ.get(ACTIVITY_ENV, "").strip().lower()
-    if wanted not in ("", "kineto", "cupti"):
-        import warnings
-
-        warnings.warn(f"{ACTIVITY_ENV}={wanted!r} is not kineto or cupti; ignored (cupti-python where it "
-                      "starts, else Kineto)", stacklevel=2)
-        wanted = ""
+    opening, _opening = _opening, None
+    wanted = _wanted_source()
     if wanted == "kineto" or _kineto_only:
         _fallback_reason = _fallback_reason or f"{ACTIVITY_ENV}=kineto"
         _session = KinetoSession()
         return _session
     try:
-        _session = CuptiSession()
+        if opening is not None:
+            cupti_session = opening.wait()
+            cupti_session.begin()
+            _session = cupti_session
+        else:
+            _session = CuptiSession()
     except Exception as err:  # noqa: BLE001 - a missing or broken cupti-python: Kineto, and the row says so
         if wanted == "cupti":
             raise RuntimeError(f"{ACTIVITY_ENV}=cupti but cupti-python cannot start: {type(err).__name__}: "
