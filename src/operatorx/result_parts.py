@@ -259,10 +259,14 @@ class Telemetry(OpenPart):
 
     available: Optional[bool] = doc("whether the GPU could be read at all")
     capped: Optional[bool] = doc("at least a tenth of the timed window's readings showed a power/thermal reason "
-                                 "with the SM clock under the capped fraction (`capped_readings` counts them)")
-    capping_reasons: Optional[list[str]] = doc("the reasons seen, by name")
+                                 "with the SM clock under the capped fraction, or no reason at all with the clock "
+                                 "under 95% of its maximum (`clock_ramping`, NVML only) (`capped_readings` "
+                                 "counts them)")
+    capping_reasons: Optional[list[str]] = doc("the reasons seen, by name (`clock_ramping`: a clock still rising, "
+                                               "as after the GPU idled)")
     readings: Optional[int] = doc("readings inside the timed window", "count")
-    capped_readings: Optional[int] = doc("readings that showed the cap (reason and lower clock)", "count")
+    capped_readings: Optional[int] = doc("readings that showed the cap (reason and lower clock, or a ramping "
+                                         "clock)", "count")
     sm_clock_mhz: Optional[dict[str, Any]] = doc("SM clock `min`/`p50`/`max`", "MHz")
     mem_clock_mhz: Optional[dict[str, Any]] = doc("memory clock `min`/`p50`/`max`", "MHz")
     power_w: Optional[dict[str, Any]] = doc("board power `min`/`p50`/`max`", "W")
@@ -284,7 +288,8 @@ class Telemetry(OpenPart):
 class Conditions(Part):
     telemetry: Optional[Telemetry] = doc("the GPU's clocks, power and temperature while it was timed")
     capped: Optional[bool] = doc("the kept attempt ran under a power or thermal cap (a tenth of its readings or "
-                                 "more: SM clock < 98.5% of max with such a reason): its number describes the cap")
+                                 "more: SM clock < 98.5% of max with such a reason), or while the clock was still "
+                                 "ramping (< 95% of max with no reason at all): its number describes the cap")
 
 
 # --- what ran -------------------------------------------------------------------------------------

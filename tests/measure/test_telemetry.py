@@ -39,6 +39,38 @@ def test_capped_needs_a_power_or_thermal_reason_and_a_lower_clock():
     assert capped["sm_clock_mhz"] == {"min": 1900.0, "p50": 1950.0, "max": 2000.0} and capped["energy_mj"] == 5.0
 
 
+def _nvml_reading(clock: float, *reasons: str) -> dict[str, Any]:
+    return {**_reading(clock, *reasons), "reasons_read": True}
+
+
+def test_a_clock_far_under_its_maximum_with_no_reason_at_all_is_a_ramp_and_capped():
+    ramp = summarize_readings([_nvml_reading(1650), _nvml_reading(2000)], None, 0.985)   # 0.825 of the maximum
+    assert ramp["capped"] and ramp["capping_reasons"] == ["clock_ramping"] and ramp["reasons"] == {"clock_ramping": 1}
+    # the card's own settling after a cap (0.977 of the maximum, no reason): recorded, not retried
+    assert not summarize_readings([_nvml_reading(1955)], None, 0.985)["capped"]
+    assert summarize_readings([_nvml_reading(1899)], None, 0.985)["capped"]              # just under 0.95
+    # idle, or clocks the user set: a low clock with a reason that explains it
+    assert not summarize_readings([_nvml_reading(1000, "gpu_idle")], None, 0.985)["capped"]
+    assert not summarize_readings([_nvml_reading(1400, "applications_clocks_setting")], None, 0.985)["capped"]
+    # a reader that did not read the reasons (or does not report idleness: amdsmi) is not judged
+    assert not summarize_readings([_reading(1000)], None, 0.985)["capped"]
+    assert not summarize_readings([{**_nvml_reading(1000), "reasons_read": False}], None, 0.985)["capped"]
+    both = summarize_readings([_nvml_reading(1500), _nvml_reading(1900, "sw_power_cap")], None, 0.985)
+    assert both["capping_reasons"] == ["sw_power_cap", "clock_ramping"] and both["capped_readings"] == 2
+
+
+def test_a_ramping_clock_cuts_an_attempt_short_like_a_cap():
+    fake = FakeTelemetry(clock_mhz=1500)
+    fake.sample = lambda: {**FakeTelemetry.sample(fake), "reasons_read": True}   # type: ignore[method-assign]
+    with TelemetrySampler(fake, period_s=0.002) as sampler:       # type: ignore[arg-type]
+        t0 = time.perf_counter()
+        deadline = t0 + 2.0
+        while not sampler.capped_since(t0) and time.perf_counter() < deadline:
+            time.sleep(0.002)
+        assert sampler.capped_since(t0)
+    assert sampler.summary()["capping_reasons"] == ["clock_ramping"]
+
+
 def test_sampler_reads_during_the_window_and_stops_at_its_end():
     fake = FakeTelemetry(clock_mhz=1900, reasons=("sw_power_cap",))
     with TelemetrySampler(fake, period_s=0.002) as sampler:       # type: ignore[arg-type]

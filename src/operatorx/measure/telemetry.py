@@ -8,6 +8,10 @@ measures again. A stale reading or two as a rested retry begins cannot move a me
 the window, and counting them made every retry of a GEMM that caps itself look capped (seen on
 the H200, session 4: three retries each, ~1.7 s a case). A reason without a lower clock (the power cap bit is
 often set at full clock) does not make an attempt capped; the reasons are still recorded.
+
+A reading with no clock-event reason at all and an SM clock far under its maximum (`RAMPING_CLOCK_FRACTION`)
+counts as capped too, by the reason `clock_ramping`: the governor was still raising the clock, as
+after the GPU idled. Its attempt describes the ramp, not the kernel, and the retry finds the clock up.
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ from typing import Any, Optional
 
 import numpy as np
 
-__all__ = ["CAPPED_SHARE", "Telemetry", "TelemetrySampler", "THROTTLE_REASONS", "CAPPING_REASONS"]
+__all__ = ["CAPPED_SHARE", "CAPPING_REASONS", "RAMPING", "RAMPING_CLOCK_FRACTION", "THROTTLE_REASONS", "Telemetry",
+           "TelemetrySampler"]
 
 CAPPED_SHARE = 0.1
 """An attempt is capped when at least this share of its readings (one at least) are."""
@@ -45,6 +50,15 @@ THROTTLE_REASONS = {
 #: (`amd_throttle`: amdsmi's throttle status, telemetry_amd.py).
 CAPPING_REASONS = ("sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown",
                    "hw_power_brake_slowdown", "amd_throttle")
+RAMPING = "clock_ramping"
+"""The reason given to a reading whose SM clock is under `RAMPING_CLOCK_FRACTION` of its maximum while the
+GPU reports no clock-event reason at all (not idle, no cap, no clocks set by the user)."""
+RAMPING_CLOCK_FRACTION = 0.95
+"""Under this share of the maximum SM clock, a reading without any reason is a clock still ramping up.
+On the H200 a single-kernel case of the accuracy set read 4% slow with its one reading at 1,650 of
+1,980 MHz and no reason (benchmarks §18). Not `capped_clock_fraction` (0.985): a 1,000-case gemm sweep
+ran four cases at 1,935 MHz (0.977) with no reason set (1 ms prefill GEMMs and the cases right after
+them, §20): the card's own choice under load, recorded in the row and not retried."""
 
 
 class Telemetry:
@@ -135,6 +149,9 @@ class Telemetry:
             "power_limit_w": limit_mw / 1e3 if limit_mw is not None else None,
             "temperature_c": self._read("nvmlDeviceGetTemperature", nv.NVML_TEMPERATURE_GPU),
             "reasons": [name for name, bit in THROTTLE_REASONS.items() if bits is not None and bits & bit],
+            # NVML names idleness (gpu_idle) and clocks the user set among its reasons: with the bits read,
+            # an empty list means a busy GPU that nothing holds back (what `_reading_ramping` needs)
+            "reasons_read": bits is not None,
         }
 
 
@@ -153,11 +170,22 @@ def _number(value: Any) -> Optional[float]:
 
 
 def _reading_capped(r: dict[str, Any], capped_clock_fraction: float) -> bool:
-    """A power or thermal reason together with an SM clock under the fraction of its maximum."""
+    """A power or thermal reason together with an SM clock under the fraction of its maximum, or a
+    clock still ramping (`_reading_ramping`)."""
     limit = _number(r.get("max_sm_clock_mhz"))
     clock = _number(r.get("sm_clock_mhz"))
     return bool(_POWER_THERMAL & set(r.get("reasons") or []) and clock is not None and limit
-                and clock < capped_clock_fraction * limit)
+                and clock < capped_clock_fraction * limit) or _reading_ramping(r)
+
+
+def _reading_ramping(r: dict[str, Any]) -> bool:
+    """NVML read the clock-event reasons and found none, and the SM clock is under RAMPING_CLOCK_FRACTION
+    of its maximum. Readers that do not report idleness as a reason (amdsmi's throttle status) are not
+    judged: there, no reason does not mean a busy GPU."""
+    limit = _number(r.get("max_sm_clock_mhz"))
+    clock = _number(r.get("sm_clock_mhz"))
+    return bool(r.get("reasons_read") is True and r.get("reasons") == [] and clock is not None and limit
+                and clock < RAMPING_CLOCK_FRACTION * limit)
 
 
 def summarize_readings(readings: list[dict[str, Any]], energy_mj: Optional[float],
@@ -173,11 +201,13 @@ def summarize_readings(readings: list[dict[str, Any]], energy_mj: Optional[float
     for r in readings:
         for reason in r.get("reasons") or []:
             counts[reason] = counts.get(reason, 0) + 1
+        if _reading_ramping(r):
+            counts[RAMPING] = counts.get(RAMPING, 0) + 1
         capped_readings += _reading_capped(r, capped_clock_fraction)
     out["reasons"] = counts
     out["capped_readings"] = capped_readings
     out["capped"] = capped_readings > 0 and capped_readings >= CAPPED_SHARE * len(readings)
-    out["capping_reasons"] = [r for r in CAPPING_REASONS if r in counts] if capped_readings else []
+    out["capping_reasons"] = [r for r in (*CAPPING_REASONS, RAMPING) if r in counts] if capped_readings else []
     failed = sum("error" in r for r in readings)
     if failed:
         out["failed_readings"] = failed
