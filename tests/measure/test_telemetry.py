@@ -46,9 +46,10 @@ def _nvml_reading(clock: float, *reasons: str) -> dict[str, Any]:
 def test_a_clock_far_under_its_maximum_with_no_reason_at_all_is_a_ramp_and_capped():
     ramp = summarize_readings([_nvml_reading(1650), _nvml_reading(2000)], None, 0.985)   # 0.825 of the maximum
     assert ramp["capped"] and ramp["capping_reasons"] == ["clock_ramping"] and ramp["reasons"] == {"clock_ramping": 1}
-    # the card's own settling after a cap (0.977 of the maximum, no reason): recorded, not retried
+    # the card's own settling after a cap (0.92-0.98 of the maximum, no reason): recorded, not retried
     assert not summarize_readings([_nvml_reading(1955)], None, 0.985)["capped"]
-    assert summarize_readings([_nvml_reading(1899)], None, 0.985)["capped"]              # just under 0.95
+    assert not summarize_readings([_nvml_reading(1830)], None, 0.985)["capped"]
+    assert summarize_readings([_nvml_reading(1799)], None, 0.985)["capped"]              # just under 0.9
     # idle, or clocks the user set: a low clock with a reason that explains it
     assert not summarize_readings([_nvml_reading(1000, "gpu_idle")], None, 0.985)["capped"]
     assert not summarize_readings([_nvml_reading(1400, "applications_clocks_setting")], None, 0.985)["capped"]
