@@ -127,7 +127,9 @@ def ours(out: Path) -> None:
                               "gap_before_us": m.details.get("gap_before_call_us_median"),
                               "scheme": case.scheme(), "attempts": done.attempts, "samples_us": m.samples_us,
                               "busy_samples_us": m.details.get("busy_samples_us"),
-                              "batches": m.details.get("batches"), "queue_max_calls": m.details.get("queue_max_calls")}
+                              "batches": m.details.get("batches"), "queue_max_calls": m.details.get("queue_max_calls"),
+                              "telemetry": {k: v for k, v in done.telemetry.items() if k != "attempts"},
+                              "kernels": _kernel_names(m.last_batch)}
             except Exception as err:  # noqa: BLE001 - e.g. graph capture refused: recorded, not fatal
                 rows[name] = {"error": f"{type(err).__name__}: {err}"[:200]}
         result["passes"][key] = {"rows": rows, "seconds": time.perf_counter() - t_pass}
@@ -135,6 +137,12 @@ def ours(out: Path) -> None:
         if not shared_flush:
             timer.flusher.release()
     (out / "ours.json").write_text(json.dumps(result, indent=1))
+
+
+def _kernel_names(batch: Any) -> list[str]:
+    """The kernels of the last batch's first timed call, by name (which algorithm cuBLAS chose)."""
+    calls = [c for c in (getattr(batch, "calls", None) or []) if c.activities]
+    return [a.name[:120] for a in calls[0].activities] if calls else []
 
 
 def cupti_reference(out: Path) -> None:
