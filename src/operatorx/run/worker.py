@@ -29,14 +29,14 @@ __all__ = ["main", "finish_row", "with_changes"]
 
 
 def with_changes(row: Row, **changes: Any) -> Row:
-    """A copy of `row` with document fields replaced (status, message, error_kind, metrics), validated
-    again as a whole: rows are immutable and typed."""
-    return Row.from_json({**row.to_json(), **changes})
+    """A copy of `row` with fields replaced (status, message, error_kind, memory), validated again:
+    rows are immutable and typed. The parts left as they are, already typed, are taken as they are;
+    the row's document round trip did the same in 0.1-0.3 ms a case, in the worker between two cases."""
+    return Row.model_validate({**{name: getattr(row, name) for name in row.model_fields_set}, **changes})
 
 
 def finish_row(row: Row, delta: MemoryDelta, device_limit_mib: float, host_limit_mib: float) -> tuple[Row, bool]:
     """The row with its error kind and memory reading, and whether the worker must be replaced."""
-    metrics = {**row.metrics, "memory": delta.to_json()}
     kind = getattr(row, "error_kind", None)
     if row.status == "error" and kind is None:
         kind = classify_message(row.message, wrong_result=(row.message or "").startswith("wrong result"))
@@ -46,7 +46,7 @@ def finish_row(row: Row, delta: MemoryDelta, device_limit_mib: float, host_limit
         status, kind, message = "error", "leak", leak
     elif leak is not None:
         message = f"{message}; {leak}"
-    return with_changes(row, status=status, message=message, error_kind=kind, metrics=metrics), \
+    return with_changes(row, status=status, message=message, error_kind=kind, memory=delta.to_json()), \
         poisons_worker(kind) or leak is not None
 
 
