@@ -69,9 +69,8 @@ class _RunJob:
     on a thread from the first line, beside torch's import and CUDA's start; the clock ramp then
     queues a second of spin, and while the GPU spins the host turns recording on, builds the timer
     (Triton's compile of the flush), imports SciPy and the backend and reads the software stack;
-    only then come the steps that wait on the GPU (the flush's graph capture, the L2 probe). Built
-    the other way round, the flusher waited out the spin and CUPTI started after it: about a second
-    more per worker (benchmarks §18, §20)."""
+    only then come the steps that wait on the GPU (the flush's graph capture, the L2 probe). Built the other way round, the flusher waited out
+    the spin and CUPTI started after it: about a second more per worker (benchmarks §18)."""
 
     def __init__(self, spec: JobSpec, device_kind: str) -> None:
         from operatorx.measure import HostClockTiming, Telemetry
