@@ -44,25 +44,6 @@ def test_on_this_gpu_every_state_is_verified():
     assert result["states_verified"] == {"warm": True, "cold_clean": True, "cold_dirty": True}, result
 
 
-@pytest.mark.gpu
-def test_a_flusher_built_without_its_graph_flushes_eagerly_until_captured():
-    import torch
-
-    l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    torch.cuda._sleep(2_000_000_000)                # ~1 s of spin: building must not wait for it
-    flusher = L2Flusher("cold_clean", l2, capture=False)
-    assert not torch.cuda.current_stream().query()  # still spinning: nothing synchronized
-    assert flusher.to_json()["flush_launch"] == "eager"
-    flusher.flush()
-    flusher.capture()
-    assert flusher.to_json()["flush_launch"] == "cuda_graph"
-    graph = flusher._graph
-    flusher.capture()                               # once
-    assert flusher._graph is graph
-    flusher.flush()
-    torch.cuda.synchronize()
-
-
 def test_a_state_that_could_not_be_probed_is_unverified_and_the_rest_still_judged():
     ok = verdicts({"warm": 7.6, "cold_clean": None, "cold_dirty": 11.0})   # no discard kernel here
     assert ok == {"warm": True, "cold_clean": None, "cold_dirty": True}

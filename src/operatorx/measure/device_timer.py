@@ -11,11 +11,9 @@ from operatorx.measure.settings import TimingSettings
 __all__ = ["device_timer"]
 
 
-def device_timer(settings: TimingSettings, l2_bytes: Optional[int], sm_clock_hz: Optional[float],
-                 capture_flush: bool = True) -> Any:
-    """A timer with `.method`, `.flusher` and `.measure(fn, pause_s=0.0, give_up=None) -> Measurement`.
-    `capture_flush=False`: the caller captures the flush graph later (`timer.flusher.capture()`)."""
-    flusher = L2Flusher(settings.l2_state, l2_bytes, settings.flush_bytes, capture=capture_flush)
+def device_timer(settings: TimingSettings, l2_bytes: Optional[int], sm_clock_hz: Optional[float]) -> Any:
+    """A timer with `.method`, `.flusher` and `.measure(fn, pause_s=0.0, give_up=None) -> Measurement`."""
+    flusher = L2Flusher(settings.l2_state, l2_bytes, settings.flush_bytes)
     clock_hz = sm_clock_hz or 2.0e9
     if settings.mode == "events":
         from operatorx.measure.events import EventTiming

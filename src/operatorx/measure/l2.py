@@ -61,12 +61,7 @@ def discard_l2(buffer: Any) -> None:
 class L2Flusher:
     """Puts L2 into the declared state before each timed call (`flush()`); does nothing when warm."""
 
-    def __init__(self, state: L2State, l2_bytes: Optional[int], flush_bytes: Optional[int] = None,
-                 capture: bool = True):
-        """`capture=False` leaves the flush graph to `capture()`: building the flusher then never waits
-        for the GPU (the buffer's allocation, Triton's compile and the first eager flush are host work
-        and queued launches), while the capture synchronizes. A worker builds it while the clock ramp's
-        spin runs and captures after (run/job.py)."""
+    def __init__(self, state: L2State, l2_bytes: Optional[int], flush_bytes: Optional[int] = None):
         if state not in L2_STATES:
             raise ValueError(f"l2 state must be one of {', '.join(L2_STATES)}, got {state!r}")
         self.state = state
@@ -88,13 +83,7 @@ class L2Flusher:
             except Exception as err:         # noqa: BLE001 - no silent fallback to a dirty flush
                 raise RuntimeError(f"l2 state cold_clean needs Triton's discard.global.L2 kernel, which failed "
                                    f"here ({type(err).__name__}: {err}); use --l2 cold_dirty and say so") from err
-        if capture:
-            self.capture()
-
-    def capture(self) -> None:
-        """Capture the flush graph now (once; nothing to capture when warm). Synchronizes the GPU."""
-        if self._buffer is not None and self._graph is None:
-            self._graph = self._capture()
+        self._graph = self._capture()
 
     def _eager_flush(self) -> None:
         self._buffer.zero_()

@@ -67,9 +67,9 @@ class _RunJob:
 
     The start is ordered so that the host's own work overlaps the GPU's: CUPTI's start (~1 s) runs
     on a thread from the first line, beside torch's import and CUDA's start; the clock ramp then
-    queues a second of spin, and while the GPU spins the host turns recording on, builds the timer
-    (Triton's compile of the flush), imports SciPy and the backend and reads the software stack;
-    only then come the steps that wait on the GPU (the flush's graph capture, the L2 probe). Built the other way round, the flusher waited out
+    queues a second of spin, and while the GPU spins the host turns recording on, imports SciPy and
+    the backend and reads the software stack; only then come the steps that wait on the GPU (the
+    flush buffer's graph capture, the L2 probe). Built the other way round, the flusher waited out
     the spin and CUPTI started after it: about a second more per worker (benchmarks §18)."""
 
     def __init__(self, spec: JobSpec, device_kind: str) -> None:
@@ -113,13 +113,6 @@ class _RunJob:
                 startup.lap("activity")
                 for step, seconds in (getattr(session, "startup_s", None) or {}).items():
                     startup.laps[f"activity.{step}"] = seconds    # inside the lap above, by step
-            from operatorx.measure.device_timer import device_timer
-
-            # the flush buffer, Triton's compile of its kernel and a first flush: host work and queued
-            # launches; its graph is captured later, after the spin (capture synchronizes)
-            timer: Any = device_timer(config.timing, device.l2_bytes, telemetry.max_sm_clock_hz(),
-                                      capture_flush=False)
-            startup.lap("timer")
         # host-only steps, also while the GPU spins
         from operatorx.measure.stats import preload
 
@@ -133,8 +126,10 @@ class _RunJob:
         l2_check = None
         ramp_info = None
         if cuda:
-            timer.flusher.capture()
-            startup.lap("flush_graph")
+            from operatorx.measure.device_timer import device_timer
+
+            timer: Any = device_timer(config.timing, device.l2_bytes, telemetry.max_sm_clock_hz())
+            startup.lap("timer")
             if cupti:
                 from operatorx.measure.kernel_timing import warm_activity_session
 
