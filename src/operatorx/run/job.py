@@ -189,8 +189,9 @@ def _warm_backend(backend: str, device_kind: str) -> Optional[str]:
         elif backend == "torch" and device_kind == "cuda":
             import torch
 
-            # cuBLAS's handle and workspace: 0.23 s of the first case's prepare on the H200 (benchmarks
-            # §20). Here it is host work beside the clock ramp's spin (the product queues behind it).
+            # cuBLAS's handle, workspace and first kernels: the first case's prepare on the H200 fell
+            # from 0.22-0.23 s to 0.16-0.20 s (benchmarks §20). Loading its kernels waits for the clock
+            # ramp's spin, as the timer's build after it would anyway (Triton's first launch does).
             a = torch.zeros((16, 16), dtype=torch.bfloat16, device="cuda")
             torch.nn.functional.linear(a, a)
         elif is_user_spec(backend):
