@@ -11,6 +11,7 @@ different offsets (a padding allocation made first), in one process, with one ti
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 
 
@@ -38,14 +39,13 @@ def main() -> None:
             pad = torch.empty(pad_mib << 20, dtype=torch.uint8, device="cuda") if pad_mib else None
             a = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
             w = torch.randn(n, k, dtype=torch.bfloat16, device="cuda")
-            out = {}
-            for state, timer in timers.items():
-                out[state] = statistics.median(timer.measure(lambda: F.linear(a, w)).latency_us
-                                               for _ in range(args.repeats))
+            op = functools.partial(F.linear, a, w)
+            out = {state: statistics.median(timer.measure(op).latency_us for _ in range(args.repeats))
+                   for state, timer in timers.items()}
             print(f"{shape:16s} pad {pad_mib:4d} MiB  a@{a.data_ptr() % (64 << 20) >> 10:6d} KiB "
                   f"w@{w.data_ptr() % (64 << 20) >> 10:6d} KiB (mod 64 MiB)  cold_clean {out['cold_clean']:8.2f} µs  "
                   f"warm {out['warm']:8.2f} µs", flush=True)
-            del a, w, pad
+            del op, a, w, pad
 
 
 if __name__ == "__main__":
