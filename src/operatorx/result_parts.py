@@ -259,11 +259,11 @@ class Telemetry(OpenPart):
 
     available: Optional[bool] = doc("whether the GPU could be read at all")
     capped: Optional[bool] = doc("at least a tenth of the timed window's readings showed a power/thermal reason "
-                                 "with the SM clock under the capped fraction, or no reason at all with the clock "
-                                 "under 90% of its maximum (`clock_ramping`, NVML only) (`capped_readings` "
-                                 "counts them)")
-    capping_reasons: Optional[list[str]] = doc("the reasons seen, by name (`clock_ramping`: a clock still rising, "
-                                               "as after the GPU idled)")
+                                 "with the SM clock under the capped fraction, or no reason bit at all with the "
+                                 "clock under 90% of the highest this worker has read (`clock_low_no_reason`, "
+                                 "NVML only) (`capped_readings` counts them)")
+    capping_reasons: Optional[list[str]] = doc("the reasons seen, by name (`clock_low_no_reason`: a low clock that "
+                                               "none of NVML's reasons explains)")
     readings: Optional[int] = doc("readings inside the timed window", "count")
     capped_readings: Optional[int] = doc("readings that showed the cap (reason and lower clock, or a ramping "
                                          "clock)", "count")
@@ -288,8 +288,8 @@ class Telemetry(OpenPart):
 class Conditions(Part):
     telemetry: Optional[Telemetry] = doc("the GPU's clocks, power and temperature while it was timed")
     capped: Optional[bool] = doc("the kept attempt ran under a power or thermal cap (a tenth of its readings or "
-                                 "more: SM clock < 98.5% of max with such a reason), or while the clock was still "
-                                 "ramping (< 90% of max with no reason at all): its number describes the cap")
+                                 "more: SM clock < 98.5% of max with such a reason), or with the clock low for no "
+                                 "reason NVML names (< 90% of the highest read): its number describes the cap")
 
 
 # --- what ran -------------------------------------------------------------------------------------

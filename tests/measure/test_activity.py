@@ -133,7 +133,8 @@ def fake(monkeypatch):
     monkeypatch.setitem(sys.modules, "cupti", types.SimpleNamespace(cupti=cupti))
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     monkeypatch.setattr(torch._C, "_demangle", lambda name: name.replace("_Z4gemm", "gemm()"))
-    for name, value in (("_session", None), ("_kineto_only", False), ("_fallback_reason", None), ("_opening", None)):
+    for name, value in (("_session", None), ("_kineto_only", False), ("_fallback_reason", None), ("_opening", None),
+                        ("_warned_sources", set())):
         monkeypatch.setattr(activity, name, value)      # restored after the test: the process's session
     monkeypatch.delenv(activity.ACTIVITY_ENV, raising=False)
     return cupti
@@ -204,6 +205,27 @@ def test_a_thread_that_could_not_start_cupti_leaves_kineto_and_the_reason(fake, 
     assert reason is not None and "OSError: libcupti.so.13: cannot open" in reason
 
 
+def test_an_unknown_source_name_warns_once_for_the_thread_and_the_session(fake, monkeypatch):
+    import warnings
+
+    monkeypatch.setenv(activity.ACTIVITY_ENV, "nsys")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        activity.open_in_background()
+        assert isinstance(activity.activity_session(), activity.CuptiSession)
+    assert [str(w.message).split(";")[0] for w in seen] == ["OPERATORX_ACTIVITY='nsys' is not kineto or cupti"]
+
+
+def test_kineto_asked_for_while_cupti_starts_on_its_thread_waits_and_never_uses_it(fake):
+    activity.open_in_background()
+    opening = activity._opening
+    assert opening is not None
+    activity.use_kineto("--trace")
+    assert not opening.thread.is_alive() and activity._opening is None
+    assert isinstance(activity.activity_session(), activity.KinetoSession)
+    assert fake.enabled == set()                          # the thread's session never recorded
+
+
 def test_no_thread_is_started_where_kineto_is_asked_for(fake, monkeypatch):
     monkeypatch.setenv(activity.ACTIVITY_ENV, "kineto")
     activity.open_in_background()
@@ -252,7 +274,8 @@ def test_an_unknown_source_name_warns_and_the_default_is_used(fake, monkeypatch)
 @pytest.fixture
 def fresh(monkeypatch):
     """The process's session state, restored after the test."""
-    for name, value in (("_session", None), ("_kineto_only", False), ("_fallback_reason", None), ("_opening", None)):
+    for name, value in (("_session", None), ("_kineto_only", False), ("_fallback_reason", None), ("_opening", None),
+                        ("_warned_sources", set())):
         monkeypatch.setattr(activity, name, value)
     monkeypatch.delenv(activity.ACTIVITY_ENV, raising=False)
 

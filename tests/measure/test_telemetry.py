@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from operatorx.measure.telemetry import Telemetry, TelemetrySampler, summarize_readings
+from operatorx.measure.telemetry import THROTTLE_REASONS, Telemetry, TelemetrySampler, summarize_readings
 
 
 class FakeTelemetry:
@@ -39,37 +39,73 @@ def test_capped_needs_a_power_or_thermal_reason_and_a_lower_clock():
     assert capped["sm_clock_mhz"] == {"min": 1900.0, "p50": 1950.0, "max": 2000.0} and capped["energy_mj"] == 5.0
 
 
-def _nvml_reading(clock: float, *reasons: str) -> dict[str, Any]:
-    return {**_reading(clock, *reasons), "reasons_read": True}
+def _nvml_reading(clock: float, *reasons: str, highest: float = 2000) -> dict[str, Any]:
+    bits = sum(THROTTLE_REASONS[r] for r in reasons)
+    return {**_reading(clock, *reasons), "reason_bits": bits, "highest_sm_clock_mhz": highest}
 
 
-def test_a_clock_far_under_its_maximum_with_no_reason_at_all_is_a_ramp_and_capped():
-    ramp = summarize_readings([_nvml_reading(1650), _nvml_reading(2000)], None, 0.985)   # 0.825 of the maximum
-    assert ramp["capped"] and ramp["capping_reasons"] == ["clock_ramping"] and ramp["reasons"] == {"clock_ramping": 1}
-    # the card's own settling after a cap (0.92-0.98 of the maximum, no reason): recorded, not retried
+def test_a_clock_far_under_the_highest_seen_with_no_reason_bit_is_capped():
+    low = summarize_readings([_nvml_reading(1650), _nvml_reading(2000)], None, 0.985)    # 0.825 of the highest
+    assert low["capped"] and low["capping_reasons"] == ["clock_low_no_reason"]
+    assert low["reasons"] == {"clock_low_no_reason": 1}
+    # the card's own settling after a cap (0.92-0.98, no reason, benchmarks §20): recorded, not retried
     assert not summarize_readings([_nvml_reading(1955)], None, 0.985)["capped"]
     assert not summarize_readings([_nvml_reading(1830)], None, 0.985)["capped"]
     assert summarize_readings([_nvml_reading(1799)], None, 0.985)["capped"]              # just under 0.9
-    # idle, or clocks the user set: a low clock with a reason that explains it
+    # idle, clocks the user set, or a bit we do not name: the clock is explained
     assert not summarize_readings([_nvml_reading(1000, "gpu_idle")], None, 0.985)["capped"]
     assert not summarize_readings([_nvml_reading(1400, "applications_clocks_setting")], None, 0.985)["capped"]
-    # a reader that did not read the reasons (or does not report idleness: amdsmi) is not judged
+    assert not summarize_readings([{**_nvml_reading(1400), "reason_bits": 1 << 63}], None, 0.985)["capped"]
+    # a board that never reaches its listed maximum is judged against what it reached
+    assert not summarize_readings([_nvml_reading(1650, highest=1700)], None, 0.985)["capped"]
+    # a reader that gave no bits (or does not report idleness: amdsmi) is not judged
     assert not summarize_readings([_reading(1000)], None, 0.985)["capped"]
-    assert not summarize_readings([{**_nvml_reading(1000), "reasons_read": False}], None, 0.985)["capped"]
+    assert not summarize_readings([{**_nvml_reading(1000), "reason_bits": None}], None, 0.985)["capped"]
     both = summarize_readings([_nvml_reading(1500), _nvml_reading(1900, "sw_power_cap")], None, 0.985)
-    assert both["capping_reasons"] == ["sw_power_cap", "clock_ramping"] and both["capped_readings"] == 2
+    assert both["capping_reasons"] == ["sw_power_cap", "clock_low_no_reason"] and both["capped_readings"] == 2
 
 
-def test_a_ramping_clock_cuts_an_attempt_short_like_a_cap():
+def test_a_low_clock_with_no_reason_cuts_an_attempt_short_like_a_cap():
     fake = FakeTelemetry(clock_mhz=1500)
-    fake.sample = lambda: {**FakeTelemetry.sample(fake), "reasons_read": True}   # type: ignore[method-assign]
+    fake.sample = lambda: {**FakeTelemetry.sample(fake), "reason_bits": 0,   # type: ignore[method-assign]
+                           "highest_sm_clock_mhz": 1980}
     with TelemetrySampler(fake, period_s=0.002) as sampler:       # type: ignore[arg-type]
         t0 = time.perf_counter()
         deadline = t0 + 2.0
         while not sampler.capped_since(t0) and time.perf_counter() < deadline:
             time.sleep(0.002)
         assert sampler.capped_since(t0)
-    assert sampler.summary()["capping_reasons"] == ["clock_ramping"]
+    assert sampler.summary()["capping_reasons"] == ["clock_low_no_reason"]
+
+
+class _FakeNvml:
+    """pynvml as Telemetry calls it: the SM clock from a list, no reason bits."""
+
+    NVML_CLOCK_SM, NVML_CLOCK_MEM, NVML_TEMPERATURE_GPU = 1, 2, 0
+
+    def __init__(self, clocks: list[int]):
+        self.clocks = clocks
+
+    def nvmlDeviceGetClockInfo(self, handle, kind):
+        return self.clocks.pop(0) if kind == self.NVML_CLOCK_SM else 3201
+
+    def nvmlDeviceGetMaxClockInfo(self, handle, kind):
+        return 1980
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle):
+        return 0
+
+    def __getattr__(self, name):            # power, limit, temperature: a fixed value
+        return lambda *args: 500_000
+
+
+def test_the_reader_keeps_the_highest_clock_it_has_read():
+    t = Telemetry(None)
+    t._nvml, t._handle = _FakeNvml([1500, 1980, 1700]), object()
+    first, second, third = (t.sample() for _ in range(3))
+    assert [r["highest_sm_clock_mhz"] for r in (first, second, third)] == [1500.0, 1980.0, 1980.0]
+    assert not summarize_readings([first], None, 0.985)["capped"]      # the first reading is its own highest
+    assert summarize_readings([third], None, 0.985)["capping_reasons"] == ["clock_low_no_reason"]
 
 
 def test_sampler_reads_during_the_window_and_stops_at_its_end():

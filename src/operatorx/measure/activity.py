@@ -360,7 +360,7 @@ class _Opening:
     def _open(self) -> None:
         try:
             self.session = CuptiSession(enable=False)
-        except BaseException as err:  # noqa: BLE001 - handed to activity_session(), which decides
+        except Exception as err:  # noqa: BLE001 - handed to activity_session(), which decides
             self.error = err
 
     def wait(self) -> CuptiSession:
@@ -369,7 +369,8 @@ class _Opening:
         self.thread.join()
         if self.error is not None:
             raise self.error
-        assert self.session is not None
+        if self.session is None:        # the thread ended by something other than an Exception
+            raise RuntimeError("CUPTI's start-up thread ended without a session")
         self.session.startup_s["wait"] = round(time.perf_counter() - t0, 4)
         return self.session
 
@@ -386,14 +387,19 @@ def open_in_background() -> None:
         _opening = _Opening()
 
 
+_warned_sources: set[str] = set()
+
+
 def _wanted_source() -> str:
     """`OPERATORX_ACTIVITY` as given: kineto, cupti or '' (a name that is neither warns once and reads '')."""
     wanted = os.environ.get(ACTIVITY_ENV, "").strip().lower()
     if wanted not in ("", "kineto", "cupti"):
-        import warnings
+        if wanted not in _warned_sources:
+            import warnings
 
-        warnings.warn(f"{ACTIVITY_ENV}={wanted!r} is not kineto or cupti; ignored (cupti-python where it "
-                      "starts, else Kineto)", stacklevel=3)
+            _warned_sources.add(wanted)
+            warnings.warn(f"{ACTIVITY_ENV}={wanted!r} is not kineto or cupti; ignored (cupti-python where it "
+                          "starts, else Kineto)", stacklevel=3)
         return ""
     return wanted
 
@@ -401,7 +407,10 @@ def _wanted_source() -> str:
 def use_kineto(reason: str) -> None:
     """Make this process use torch.profiler per batch from now on (e.g. `--trace`, whose export
     is Kineto's). A CUPTI session already open is paused first: two sources cannot share CUPTI."""
-    global _session, _kineto_only, _fallback_reason
+    global _session, _kineto_only, _fallback_reason, _opening
+    if _opening is not None:            # a start on its thread: let it finish, and never use it
+        _opening.thread.join()
+        _opening = None
     if _session is not None and not isinstance(_session, KinetoSession):
         _session.pause()
     _kineto_only, _fallback_reason = True, reason

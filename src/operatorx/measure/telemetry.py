@@ -9,9 +9,11 @@ the window, and counting them made every retry of a GEMM that caps itself look c
 the H200, session 4: three retries each, ~1.7 s a case). A reason without a lower clock (the power cap bit is
 often set at full clock) does not make an attempt capped; the reasons are still recorded.
 
-A reading with no clock-event reason at all and an SM clock far under its maximum (`RAMPING_CLOCK_FRACTION`)
-counts as capped too, by the reason `clock_ramping`: the governor was still raising the clock, as
-after the GPU idled. Its attempt describes the ramp, not the kernel, and the retry finds the clock up.
+A reading whose clock-event bits are all zero and whose SM clock is far under the highest this reader
+has seen (`LOW_CLOCK_FRACTION`) counts as capped too, by the reason `clock_low_no_reason`: nothing NVML
+can name holds the clock back, yet it is low. Its cause is unknown; its number is not the card's, and
+the attempt is retried. Against the highest clock seen rather than NVML's maximum, a card that never
+reaches its listed maximum (many GeForce and workstation boards) does not read capped all the time.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-__all__ = ["CAPPED_SHARE", "CAPPING_REASONS", "RAMPING", "RAMPING_CLOCK_FRACTION", "THROTTLE_REASONS", "Telemetry",
+__all__ = ["CAPPED_SHARE", "CAPPING_REASONS", "LOW_CLOCK", "LOW_CLOCK_FRACTION", "THROTTLE_REASONS", "Telemetry",
            "TelemetrySampler"]
 
 CAPPED_SHARE = 0.1
@@ -50,11 +52,11 @@ THROTTLE_REASONS = {
 #: (`amd_throttle`: amdsmi's throttle status, telemetry_amd.py).
 CAPPING_REASONS = ("sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown",
                    "hw_power_brake_slowdown", "amd_throttle")
-RAMPING = "clock_ramping"
-"""The reason given to a reading whose SM clock is under `RAMPING_CLOCK_FRACTION` of its maximum while the
-GPU reports no clock-event reason at all (not idle, no cap, no clocks set by the user)."""
-RAMPING_CLOCK_FRACTION = 0.9
-"""Under this share of the maximum SM clock, a reading without any reason is a clock still ramping up.
+LOW_CLOCK = "clock_low_no_reason"
+"""The reason given to a reading whose SM clock is under `LOW_CLOCK_FRACTION` of the highest this reader
+has seen while all of NVML's clock-event bits are zero (not idle, no cap, no clocks set by the user)."""
+LOW_CLOCK_FRACTION = 0.9
+"""Under this share of the highest SM clock seen, a reading with no reason is a low clock nothing explains.
 On the H200 a single-kernel case of the accuracy set read 4% slow with its one reading at 1,650 of
 1,980 MHz (0.83) and no reason (benchmarks §18). Not `capped_clock_fraction` (0.985), nor 0.95: two
 1,000-case gemm sweeps ran cases at 1,815-1,935 MHz (0.92-0.98) with no reason set, right after power-
@@ -142,18 +144,27 @@ class Telemetry:
         bits = self._read("nvmlDeviceGetCurrentClocksEventReasons")
         if bits is None:
             bits = self._read("nvmlDeviceGetCurrentClocksThrottleReasons")
+        clock = self._read("nvmlDeviceGetClockInfo", nv.NVML_CLOCK_SM)
         return {
-            "sm_clock_mhz": self._read("nvmlDeviceGetClockInfo", nv.NVML_CLOCK_SM),
+            "sm_clock_mhz": clock,
             "mem_clock_mhz": self._read("nvmlDeviceGetClockInfo", nv.NVML_CLOCK_MEM),
             "max_sm_clock_mhz": self._constant("max_sm_clock", "nvmlDeviceGetMaxClockInfo", nv.NVML_CLOCK_SM),
             "power_w": power_mw / 1e3 if power_mw is not None else None,
             "power_limit_w": limit_mw / 1e3 if limit_mw is not None else None,
             "temperature_c": self._read("nvmlDeviceGetTemperature", nv.NVML_TEMPERATURE_GPU),
             "reasons": [name for name, bit in THROTTLE_REASONS.items() if bits is not None and bits & bit],
-            # NVML names idleness (gpu_idle) and clocks the user set among its reasons: with the bits read,
-            # an empty list means a busy GPU that nothing holds back (what `_reading_ramping` needs)
-            "reasons_read": bits is not None,
+            # NVML names idleness (gpu_idle) and clocks the user set among its reasons: all bits zero
+            # means a busy GPU that nothing NVML knows holds back (what `_reading_low_no_reason` needs)
+            "reason_bits": bits,
+            "highest_sm_clock_mhz": self._highest(clock),
         }
+
+    def _highest(self, clock: Any) -> Optional[float]:
+        """The highest SM clock this reader has read so far, this reading included."""
+        best = self.__dict__.get("_highest_sm_clock")
+        if isinstance(clock, (int, float)) and not isinstance(clock, bool) and (best is None or clock > best):
+            best = self.__dict__["_highest_sm_clock"] = float(clock)
+        return best
 
 
 
@@ -171,22 +182,22 @@ def _number(value: Any) -> Optional[float]:
 
 
 def _reading_capped(r: dict[str, Any], capped_clock_fraction: float) -> bool:
-    """A power or thermal reason together with an SM clock under the fraction of its maximum, or a
-    clock still ramping (`_reading_ramping`)."""
+    """A power or thermal reason together with an SM clock under the fraction of its maximum, or a low
+    clock that no reason explains (`_reading_low_no_reason`)."""
     limit = _number(r.get("max_sm_clock_mhz"))
     clock = _number(r.get("sm_clock_mhz"))
     return bool(_POWER_THERMAL & set(r.get("reasons") or []) and clock is not None and limit
-                and clock < capped_clock_fraction * limit) or _reading_ramping(r)
+                and clock < capped_clock_fraction * limit) or _reading_low_no_reason(r)
 
 
-def _reading_ramping(r: dict[str, Any]) -> bool:
-    """NVML read the clock-event reasons and found none, and the SM clock is under RAMPING_CLOCK_FRACTION
-    of its maximum. Readers that do not report idleness as a reason (amdsmi's throttle status) are not
-    judged: there, no reason does not mean a busy GPU."""
-    limit = _number(r.get("max_sm_clock_mhz"))
+def _reading_low_no_reason(r: dict[str, Any]) -> bool:
+    """NVML's clock-event bits read as zero (any bit set, even one we do not name, explains the clock),
+    and the SM clock under LOW_CLOCK_FRACTION of the highest the reader has seen. Readers that do not
+    report idleness as a reason (amdsmi's throttle status) give no bits and are not judged: there, no
+    reason does not mean a busy GPU."""
+    highest = _number(r.get("highest_sm_clock_mhz"))
     clock = _number(r.get("sm_clock_mhz"))
-    return bool(r.get("reasons_read") is True and r.get("reasons") == [] and clock is not None and limit
-                and clock < RAMPING_CLOCK_FRACTION * limit)
+    return bool(r.get("reason_bits") == 0 and clock is not None and highest and clock < LOW_CLOCK_FRACTION * highest)
 
 
 def summarize_readings(readings: list[dict[str, Any]], energy_mj: Optional[float],
@@ -202,13 +213,13 @@ def summarize_readings(readings: list[dict[str, Any]], energy_mj: Optional[float
     for r in readings:
         for reason in r.get("reasons") or []:
             counts[reason] = counts.get(reason, 0) + 1
-        if _reading_ramping(r):
-            counts[RAMPING] = counts.get(RAMPING, 0) + 1
+        if _reading_low_no_reason(r):
+            counts[LOW_CLOCK] = counts.get(LOW_CLOCK, 0) + 1
         capped_readings += _reading_capped(r, capped_clock_fraction)
     out["reasons"] = counts
     out["capped_readings"] = capped_readings
     out["capped"] = capped_readings > 0 and capped_readings >= CAPPED_SHARE * len(readings)
-    out["capping_reasons"] = [r for r in (*CAPPING_REASONS, RAMPING) if r in counts] if capped_readings else []
+    out["capping_reasons"] = [r for r in (*CAPPING_REASONS, LOW_CLOCK) if r in counts] if capped_readings else []
     failed = sum("error" in r for r in readings)
     if failed:
         out["failed_readings"] = failed

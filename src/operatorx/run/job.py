@@ -68,9 +68,11 @@ class _RunJob:
     The start is ordered so that the host's own work overlaps the GPU's: CUPTI's start (~1 s) runs
     on a thread from the first line, beside torch's import and CUDA's start; the clock ramp then
     queues a second of spin, and while the GPU spins the host turns recording on, imports SciPy and
-    the backend and reads the software stack; only then come the steps that wait on the GPU (the
-    flush buffer's graph capture, the L2 probe). Built the other way round, the flusher waited out
-    the spin and CUPTI started after it: about a second more per worker (benchmarks §18)."""
+    reads the software stack; then come the steps that wait on the GPU: the backend's warmup (the
+    first cuBLAS call loads kernels, which waits for the spin), the timer (Triton's first launch
+    waits the same way), the flush buffer's graph capture, the L2 probe. Built the other way round,
+    the flusher waited out the spin and CUPTI started after it: about a second more per worker
+    (benchmarks §18, §20)."""
 
     def __init__(self, spec: JobSpec, device_kind: str) -> None:
         from operatorx.measure import HostClockTiming, Telemetry
@@ -192,7 +194,9 @@ def _warm_backend(backend: str, device_kind: str) -> Optional[str]:
             # cuBLAS's handle, workspace and first kernels: the first case's prepare on the H200 fell
             # from 0.22-0.23 s to 0.16-0.20 s (benchmarks §20). Loading its kernels waits for the clock
             # ramp's spin, as the timer's build after it would anyway (Triton's first launch does).
-            a = torch.zeros((16, 16), dtype=torch.bfloat16, device="cuda")
+            # fp16 where bf16 has no GEMM (before sm_80): a warmup that fails is not a case's failure
+            dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+            a = torch.zeros((16, 16), dtype=dtype, device="cuda")
             torch.nn.functional.linear(a, a)
         elif is_user_spec(backend):
             from operatorx.backends.py_file import load_user_function
