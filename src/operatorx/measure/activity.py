@@ -139,8 +139,8 @@ class CuptiSession:
     name = "cupti-python"
 
     def __init__(self, enable: bool = True) -> None:
-        """`enable=False` does only the slow part (the import and CUPTI's own start, ~1 s on the H200)
-        and leaves recording off until `begin()`: what `open_in_background` runs on its thread."""
+        """`enable=False` does only the slow part (the import and CUPTI's own start) and leaves
+        recording off until `begin()`: what `open_in_background` runs on its thread."""
         t0 = time.perf_counter()
         from cupti import cupti
 
@@ -378,10 +378,11 @@ class _Opening:
 def open_in_background() -> None:
     """Start CUPTI on a thread now, where `activity_session()` would pick cupti-python.
 
-    CUPTI's start (loading the library, attaching to the driver: ~1 s of a worker's start on the H200)
-    releases the GIL, so a worker starts it before importing torch and creating its CUDA context and
-    the two overlap. Recording stays off until `activity_session()` (which waits for the thread): the
-    device calibration in between runs unrecorded, as before."""
+    CUPTI's start (the import and the callback registration) read 1.02 s of a worker's start on the
+    H200 when it came after torch's import and CUDA's context; begun on a thread before them, it was
+    done before it was asked for (`activity.wait` 0.0 s, benchmarks §20). Recording stays off until
+    `activity_session()` (which waits for the thread): the device calibration in between runs
+    unrecorded, as before."""
     global _opening
     if _session is None and _opening is None and not _kineto_only and _wanted_source() != "kineto":
         _opening = _Opening()

@@ -65,14 +65,14 @@ class Job(Protocol):
 class _RunJob:
     """A run's worker: the device described, the timer built, then one row per case.
 
-    The start is ordered so that the host's own work overlaps the GPU's: CUPTI's start (~1 s) runs
-    on a thread from the first line, beside torch's import and CUDA's start; the clock ramp then
-    queues a second of spin, and while the GPU spins the host turns recording on, imports SciPy and
-    reads the software stack; then come the steps that wait on the GPU: the backend's warmup (the
-    first cuBLAS call loads kernels, which waits for the spin), the timer (Triton's first launch
-    waits the same way), the flush buffer's graph capture, the L2 probe. Built the other way round,
-    the flusher waited out the spin and CUPTI started after it: about a second more per worker
-    (benchmarks §18, §20)."""
+    The start is ordered so that the host's own work overlaps the GPU's: CUPTI's start (1 s when it
+    ran after torch's import) runs on a thread from the first line, beside torch's import and CUDA's
+    start; the clock ramp then queues a second of spin, and while the GPU spins the host turns
+    recording on, imports SciPy and reads the software stack; then come the steps that wait on the
+    GPU: the backend's warmup (the first cuBLAS call loads kernels, which waits for the spin), the
+    timer (Triton's first launch waits the same way), the flush buffer's graph capture, the L2
+    probe. Built the other way round, the flusher waited out the spin and CUPTI started after it:
+    about a second more per worker (benchmarks §18, §20)."""
 
     def __init__(self, spec: JobSpec, device_kind: str) -> None:
         from operatorx.measure import HostClockTiming, Telemetry
@@ -87,7 +87,7 @@ class _RunJob:
         if cupti and config.trace_dir is None:
             from operatorx.measure.activity import open_in_background
 
-            open_in_background()            # CUPTI's ~1 s start on a thread, beside torch's import and CUDA's
+            open_in_background()            # CUPTI's start on a thread, beside torch's import and CUDA's
             startup.lap("activity_thread")
         device = describe_device(device_kind)
         startup.lap("device")
