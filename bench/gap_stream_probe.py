@@ -1,0 +1,89 @@
+"""What sets the launch-gap level of a multi-kernel call? (issue 15, benchmarks §17, §21)
+
+A process's multi-kernel calls keep one level of GPU idle time between their kernels (fp8_0: about
+8.3 or 9.4 µs over nine boundaries), and a second timer built in the same process raised it by a step.
+This times the same prepared calls, in one process and with one timer, on several streams (torch's
+default stream, new streams of either priority), with the operands prepared again after a padding
+block, and with a second timer, printing span, busy and their difference (the gaps) for each:
+
+    python bench/gap_stream_probe.py [--cases fp8_0,fp8_15,perf7] [--repeats 3]
+
+Run it in several fresh processes: a source that varies inside one process varies here; one that is
+fixed per process shows one value per process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+
+def _measure(timer: Any, fn: Any, repeats: int) -> tuple[float, float, int]:
+    """(span µs, busy µs, kernels a call), medians over `repeats` measurements."""
+    spans, busys, kernels = [], [], 0
+    for _ in range(repeats):
+        m = timer.measure(fn)
+        spans.append(m.latency_us)
+        busys.append(float(m.details.get("busy_us_median") or m.latency_us))
+        calls = [c for c in (getattr(m.last_batch, "calls", None) or []) if c.activities]
+        kernels = len(calls[0].activities) if calls else 0
+    return statistics.median(spans), statistics.median(busys), kernels
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", default="fp8_0,fp8_15,perf7")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--pads-mib", default="37,74,150")
+    args = ap.parse_args()
+    import torch
+    from timing_accuracy import cases
+
+    from operatorx.backends import get_backend
+    from operatorx.measure.device_timer import device_timer
+    from operatorx.measure.settings import TimingSettings
+    from operatorx.measure.telemetry import Telemetry
+
+    clock = Telemetry.for_torch_device(0).max_sm_clock_hz()
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    settings = TimingSettings(mode="kernels", l2_state="cold_clean")
+    timer = device_timer(settings, l2, clock)
+    wanted = args.cases.split(",")
+    chosen = [(name, case) for name, case in cases() if name in wanted]
+    prepared = {name: get_backend("torch", case.type).prepare(case, "cuda") for name, case in chosen}
+    for p in prepared.values():
+        p.fn()
+    torch.cuda._sleep(2_000_000_000)          # the clocks up before the first reading
+    streams = {"default": torch.cuda.current_stream(), "new_1": torch.cuda.Stream(),
+               "new_2": torch.cuda.Stream(), "high_prio": torch.cuda.Stream(priority=-1)}
+
+    def line(label: str, name: str, fn: Any, t: Any = timer) -> None:
+        span, busy, kernels = _measure(t, fn, args.repeats)
+        print(f"{name:7s} {label:22s} kernels {kernels:2d}  span {span:8.2f}  busy {busy:8.2f}  "
+              f"gaps {span - busy:6.2f} µs", flush=True)
+
+    for name, p in prepared.items():
+        for label, stream in streams.items():
+            with torch.cuda.stream(stream):
+                line(f"stream {label}", name, p.fn)
+        line("default again", name, p.fn)
+    keep = []
+    for pad_mib in (int(x) for x in args.pads_mib.split(",")):
+        keep.append(torch.empty(pad_mib << 20, dtype=torch.uint8, device="cuda"))
+        for name, case in chosen:
+            p = get_backend("torch", case.type).prepare(case, "cuda")
+            p.fn()
+            line(f"prepared after +{pad_mib} MiB", name, p.fn)
+    second = device_timer(settings, l2, clock)
+    for name, p in prepared.items():
+        line("second timer", name, p.fn, second)
+        line("first timer again", name, p.fn)
+
+
+if __name__ == "__main__":
+    main()
