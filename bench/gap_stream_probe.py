@@ -7,6 +7,8 @@ default stream, new streams of either priority), with the operands prepared agai
 block, and with a second timer, printing span, busy and their difference (the gaps) for each:
 
     python bench/gap_stream_probe.py [--cases fp8_0,fp8_15,perf7] [--repeats 3]
+    python bench/gap_stream_probe.py --cases perf7 --plan d,d,d,s1,s1,s2,d,d   # one measurement each, on
+        # the stream named (d: torch's default; sN: a new stream, made at first use), kernel by kernel
 
 Run it in several fresh processes: a source that varies inside one process varies here; one that is
 fixed per process shows one value per process.
@@ -35,11 +37,38 @@ def _measure(timer: Any, fn: Any, repeats: int) -> tuple[float, float, int]:
     return statistics.median(spans), statistics.median(busys), kernels
 
 
+def _plan(prepared: dict[str, Any], plan: list[str], timer: Any) -> None:
+    """One measurement per token of `plan`, printing each kernel's median duration and the median
+    start-to-previous-end offset between consecutive kernels (negative: they overlapped)."""
+    import time
+
+    import torch
+
+    streams: dict[str, Any] = {"d": torch.cuda.current_stream()}
+    t0 = time.perf_counter()
+    for name, p in prepared.items():
+        for i, token in enumerate(plan):
+            stream = streams.setdefault(token, torch.cuda.Stream())
+            with torch.cuda.stream(stream):
+                m = timer.measure(p.fn)
+            calls = [c.activities for c in (getattr(m.last_batch, "calls", None) or []) if c.activities]
+            width = min(len(a) for a in calls) if calls else 0
+            durations = [statistics.median(a[k].end_ns - a[k].start_ns for a in calls) / 1e3 for k in range(width)]
+            offsets = [statistics.median(a[k].start_ns - a[k - 1].end_ns for a in calls) / 1e3
+                       for k in range(1, width)]
+            names = "|".join(a.name[:28] for a in calls[0][:3]) if calls else ""
+            print(f"{name:7s} #{i:2d} {token:3s} t {time.perf_counter() - t0:6.2f} s  span {m.latency_us:7.2f}  "
+                  f"busy {float(m.details.get('busy_us_median') or 0):7.2f}  kernels "
+                  f"{' '.join(f'{d:.2f}' for d in durations)}  offsets {' '.join(f'{o:+.2f}' for o in offsets)}  "
+                  f"{names}", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", default="fp8_0,fp8_15,perf7")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--pads-mib", default="37,74,150")
+    ap.add_argument("--plan", default="", help="one measurement per token, on that stream, kernel by kernel")
     args = ap.parse_args()
     import torch
     from timing_accuracy import cases
@@ -59,6 +88,9 @@ def main() -> None:
     for p in prepared.values():
         p.fn()
     torch.cuda._sleep(2_000_000_000)          # the clocks up before the first reading
+    if args.plan:
+        _plan(prepared, args.plan.split(","), timer)
+        return
     streams = {"default": torch.cuda.current_stream(), "new_1": torch.cuda.Stream(),
                "new_2": torch.cuda.Stream(), "high_prio": torch.cuda.Stream(priority=-1)}
 
