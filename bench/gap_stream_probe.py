@@ -8,7 +8,9 @@ block, and with a second timer, printing span, busy and their difference (the ga
 
     python bench/gap_stream_probe.py [--cases fp8_0,fp8_15,perf7] [--repeats 3]
     python bench/gap_stream_probe.py --cases perf7 --plan d,d,d,s1,s1,s2,d,d   # one measurement each, on
-        # the stream named (d: torch's default; sN: a new stream, made at first use), kernel by kernel
+        # the stream named (d: torch's default; sN: a new stream, made at first use), kernel by kernel;
+        # tokens that measure nothing: m (256 MiB allocated and kept), zN (a fill on stream sN),
+        # bN (a small bf16 F.linear on stream sN)
 
 Run it in several fresh processes: a source that varies inside one process varies here; one that is
 fixed per process shows one value per process.
@@ -46,8 +48,19 @@ def _plan(prepared: dict[str, Any], plan: list[str], timer: Any) -> None:
 
     streams: dict[str, Any] = {"d": torch.cuda.current_stream()}
     t0 = time.perf_counter()
+    kept = []
     for name, p in prepared.items():
         for i, token in enumerate(plan):
+            if token == "m" or token[0] in "zb":
+                if token == "m":
+                    kept.append(torch.empty(256 << 20, dtype=torch.uint8, device="cuda"))
+                else:
+                    with torch.cuda.stream(streams.setdefault("s" + token[1:], torch.cuda.Stream())):
+                        x = torch.ones(64, 64, dtype=torch.bfloat16, device="cuda")
+                        kept.append(x.fill_(2.0) if token[0] == "z" else torch.nn.functional.linear(x, x))
+                torch.cuda.synchronize()
+                print(f"{name:7s} #{i:2d} {token}", flush=True)
+                continue
             stream = streams.setdefault(token, torch.cuda.Stream())
             with torch.cuda.stream(stream):
                 m = timer.measure(p.fn)
