@@ -10,7 +10,7 @@ block, and with a second timer, printing span, busy and their difference (the ga
     python bench/gap_stream_probe.py --cases perf7 --plan d,d,d,s1,s1,s2,d,d   # one measurement each, on
         # the stream named (d: torch's default; sN: a new stream, made at first use), kernel by kernel;
         # tokens that measure nothing: m (256 MiB allocated and kept), zN (a fill on stream sN),
-        # bN (a small bf16 F.linear on stream sN)
+        # bN (a small bf16 F.linear on stream sN); --plan-l2 cold_clean,warm times each token in both
 
 Run it in several fresh processes: a source that varies inside one process varies here; one that is
 fixed per process shows one value per process.
@@ -39,7 +39,7 @@ def _measure(timer: Any, fn: Any, repeats: int) -> tuple[float, float, int]:
     return statistics.median(spans), statistics.median(busys), kernels
 
 
-def _plan(prepared: dict[str, Any], plan: list[str], timer: Any) -> None:
+def _plan(prepared: dict[str, Any], plan: list[str], timers: dict[str, Any]) -> None:
     """One measurement per token of `plan`, printing each kernel's median duration and the median
     start-to-previous-end offset between consecutive kernels (negative: they overlapped)."""
     import time
@@ -62,18 +62,24 @@ def _plan(prepared: dict[str, Any], plan: list[str], timer: Any) -> None:
                 print(f"{name:7s} #{i:2d} {token}", flush=True)
                 continue
             stream = streams.setdefault(token, torch.cuda.Stream())
-            with torch.cuda.stream(stream):
-                m = timer.measure(p.fn)
-            calls = [c.activities for c in (getattr(m.last_batch, "calls", None) or []) if c.activities]
-            width = min(len(a) for a in calls) if calls else 0
-            durations = [statistics.median(a[k].end_ns - a[k].start_ns for a in calls) / 1e3 for k in range(width)]
-            offsets = [statistics.median(a[k].start_ns - a[k - 1].end_ns for a in calls) / 1e3
-                       for k in range(1, width)]
-            names = "|".join(a.name[:28] for a in calls[0][:3]) if calls else ""
-            print(f"{name:7s} #{i:2d} {token:3s} t {time.perf_counter() - t0:6.2f} s  span {m.latency_us:7.2f}  "
-                  f"busy {float(m.details.get('busy_us_median') or 0):7.2f}  kernels "
-                  f"{' '.join(f'{d:.2f}' for d in durations)}  offsets {' '.join(f'{o:+.2f}' for o in offsets)}  "
-                  f"{names}", flush=True)
+            for l2_state, timer in timers.items():
+                with torch.cuda.stream(stream):
+                    m = timer.measure(p.fn)
+                _kernel_line(name, f"{i:2d} {token:3s} {l2_state:10s}", time.perf_counter() - t0, m)
+
+
+def _kernel_line(name: str, label: str, t_s: float, m: Any) -> None:
+    """Print one measurement kernel by kernel (durations, offsets between consecutive kernels)."""
+    calls = [c.activities for c in (getattr(m.last_batch, "calls", None) or []) if c.activities]
+    width = min(len(a) for a in calls) if calls else 0
+    durations = [statistics.median(a[k].end_ns - a[k].start_ns for a in calls) / 1e3 for k in range(width)]
+    offsets = [statistics.median(a[k].start_ns - a[k - 1].end_ns for a in calls) / 1e3
+               for k in range(1, width)]
+    names = "|".join(a.name[:28] for a in calls[0][:3]) if calls else ""
+    print(f"{name:7s} #{label} t {t_s:6.2f} s  span {m.latency_us:7.2f}  "
+          f"busy {float(m.details.get('busy_us_median') or 0):7.2f}  kernels "
+          f"{' '.join(f'{d:.2f}' for d in durations)}  offsets {' '.join(f'{o:+.2f}' for o in offsets)}  "
+          f"{names}", flush=True)
 
 
 def main() -> None:
@@ -81,6 +87,7 @@ def main() -> None:
     ap.add_argument("--cases", default="fp8_0,fp8_15,perf7")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--pads-mib", default="37,74,150")
+    ap.add_argument("--plan-l2", default="cold_clean", help="L2 states each --plan token is timed in")
     ap.add_argument("--plan", default="", help="one measurement per token, on that stream, kernel by kernel")
     args = ap.parse_args()
     import torch
@@ -102,7 +109,10 @@ def main() -> None:
         p.fn()
     torch.cuda._sleep(2_000_000_000)          # the clocks up before the first reading
     if args.plan:
-        _plan(prepared, args.plan.split(","), timer)
+        timers = {state: timer if state == "cold_clean" else
+                  device_timer(TimingSettings(mode="kernels", l2_state=state), l2, clock)  # type: ignore[arg-type]
+                  for state in args.plan_l2.split(",")}
+        _plan(prepared, args.plan.split(","), timers)
         return
     streams = {"default": torch.cuda.current_stream(), "new_1": torch.cuda.Stream(),
                "new_2": torch.cuda.Stream(), "high_prio": torch.cuda.Stream(priority=-1)}
