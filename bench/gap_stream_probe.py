@@ -10,7 +10,8 @@ block, and with a second timer, printing span, busy and their difference (the ga
     python bench/gap_stream_probe.py --cases perf7 --plan d,d,d,s1,s1,s2,d,d   # one measurement each, on
         # the stream named (d: torch's default; sN: a new stream, made at first use), kernel by kernel;
         # tokens that measure nothing: m (256 MiB allocated and kept), zN (a fill on stream sN),
-        # bN (a small bf16 F.linear on stream sN); --plan-l2 cold_clean,warm times each token in both
+        # bN (a small bf16 F.linear on stream sN), g (the process's launch gap, measure/launch_gap.py);
+        # --plan-l2 cold_clean,warm times each token in both
 
 Run it in several fresh processes: a source that varies inside one process varies here; one that is
 fixed per process shows one value per process.
@@ -51,6 +52,13 @@ def _plan(prepared: dict[str, Any], plan: list[str], timers: dict[str, Any]) -> 
     kept = []
     for name, p in prepared.items():
         for i, token in enumerate(plan):
+            if token == "g":
+                from operatorx.measure.launch_gap import measure_launch_gap
+                from operatorx.measure.telemetry import Telemetry
+
+                gap = measure_launch_gap(Telemetry.for_torch_device(0).max_sm_clock_hz())
+                print(f"{name:7s} #{i:2d} g   t {time.perf_counter() - t0:6.2f} s  {gap}", flush=True)
+                continue
             if token == "m" or token[0] in "zb":
                 if token == "m":
                     kept.append(torch.empty(256 << 20, dtype=torch.uint8, device="cuda"))

@@ -1,0 +1,75 @@
+"""The GPU's launch gap in this process: idle device time between two dependent kernels of one stream.
+
+A multi-kernel call's span is its kernels plus the gaps between them. On the H200 that gap is not a
+constant of the card: each process gets one of two levels for its life, about 0.96 or 1.10-1.15 µs
+a kernel boundary, whatever its stream, L2 state, operand placement or module loading (benchmarks
+§17, §21). A ten-kernel dynamic-quant FP8 GEMM's span therefore moves by ~1.3 µs (3-4%) from one
+process to the next while its busy time does not. Nothing in the process chooses the level, so it
+is measured as a condition of the worker, like its clocks: every row carries the level its worker
+had, and comparisons can tell a span that moved with it from one that moved with the op.
+
+The probe: a chain of tiny dependent kernels (one-element adds), queued behind a GPU wait so the host
+is never the one the GPU waits for, recorded by the process's activity session; the gap is the
+median start-to-previous-end offset over the chain's boundaries.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any, Optional
+
+__all__ = ["LaunchGap", "chain_offsets_ns", "measure_launch_gap"]
+
+_CHAIN_KERNELS = 16         # kernels in one probe call: 15 boundaries
+_CHAIN_CALLS = 8            # probe calls in the batch: 120 boundaries in all
+_HOLD_S = 2e-3              # the GPU waits this long at most while the host launches the chain
+
+
+@dataclass(frozen=True)
+class LaunchGap:
+    """What the probe read: the median gap and how many boundaries it is taken over."""
+
+    gap_us: float
+    kernel_us: float        # median duration of one probe kernel (a sanity check: ~1 µs)
+    boundaries: int
+
+
+def chain_offsets_ns(calls: list[list[tuple[int, int]]]) -> list[int]:
+    """Start minus the previous kernel's end, for each boundary inside each call's (start, end) list
+    (sorted by start here; negative where two kernels overlapped)."""
+    offsets: list[int] = []
+    for kernels in calls:
+        ordered = sorted(kernels)
+        offsets.extend(ordered[k][0] - ordered[k - 1][1] for k in range(1, len(ordered)))
+    return offsets
+
+
+def measure_launch_gap(sm_clock_hz: float) -> Optional[LaunchGap]:
+    """The process's launch-gap level, from one probe batch; None where no kernel was recorded (no
+    CUDA, or an activity source that gave nothing). Costs a few ms."""
+    import torch
+
+    from operatorx.measure.trace import trace_batch
+
+    x = torch.zeros(1, device="cuda")
+
+    def chain() -> None:
+        for _ in range(_CHAIN_KERNELS):
+            x.add_(1.0)
+
+    chain()
+    torch.cuda.synchronize()
+    batch = trace_batch(chain, _CHAIN_CALLS, None, int(_HOLD_S * sm_clock_hz), released=True)
+    calls = [[(a.start_ns, a.end_ns) for a in c.activities] for c in batch.calls if len(c.activities) > 1]
+    offsets = chain_offsets_ns(calls)
+    if not offsets:
+        return None
+    durations = [end - start for kernels in calls for start, end in kernels]
+    return LaunchGap(gap_us=statistics.median(offsets) / 1e3, kernel_us=statistics.median(durations) / 1e3,
+                     boundaries=len(offsets))
+
+
+def describe(gap: Optional[LaunchGap]) -> dict[str, Any]:
+    """The fields a row's timing info carries."""
+    return {} if gap is None else {"launch_gap_us": round(gap.gap_us, 3)}
