@@ -214,6 +214,17 @@ def test_the_case_runner_builds_exact_rates_and_busy_from_the_timer():
     assert m["worker"] == {"kind": "cpu", "name": "test cpu", "uuid": None, "pci_bus_id": None, "index": None}
     assert m["scheme"] == "bf16" and m["check"]["ok"] is True and m["case_seconds"]["total"] > 0
     assert Row.from_json(json.loads(json.dumps(row.to_json(), allow_nan=False))) == row
+    assert "launch_gap_us" not in m["timing"]                  # no level read: none written
+
+
+def test_every_row_carries_its_workers_launch_gap_level():
+    from dataclasses import replace
+
+    case = Case.model_validate({"type": "gemm", "args": {"m": 8, "n": 64, "k": 32, "a": {"dtype": "bf16"},
+                                                         "b": {"dtype": "bf16"}, "out": "bf16"}})
+    row = replace(_runner(), launch_gap_us=1.104).run(case, 0)
+    assert row.metrics["timing"]["launch_gap_us"] == 1.104
+    assert Row.from_json(json.loads(json.dumps(row.to_json()))).measured.timing.launch_gap_us == 1.104
 
 
 class _Faulting:

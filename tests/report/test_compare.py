@@ -218,3 +218,30 @@ def test_bad_settings_are_refused():
         compare_documents({"rows": []}, {"rows": []}, min_effect=-0.1)
     with pytest.raises(ValueError, match="alpha"):
         compare_documents({"rows": []}, {"rows": []}, alpha=0)
+
+
+def _profile(kernels: int) -> dict:
+    return {"kernels": [{"name": f"k{i}", "count_per_call": 1.0} for i in range(kernels)]}
+
+
+@pytest.mark.parametrize(("gap_a", "gap_b", "kernels", "flagged"), [
+    (0.96, 1.12, 10, True),         # two levels, ten kernels: the span moves by ~1.4 µs
+    (1.10, 1.12, 10, False),        # one level read twice
+    (0.96, 1.12, 1, False),         # a single kernel has no boundary to carry it
+    (None, 1.12, 10, False),        # a row from before the probe: nothing to compare
+])
+def test_a_multi_kernel_call_timed_at_two_launch_gap_levels_is_flagged(gap_a, gap_b, kernels, flagged):
+    rng = np.random.default_rng(11)
+    s = _samples(rng)
+
+    def doc(run_id, gap):
+        timing = {"launch_gap_us": gap} if gap is not None else {}
+        return _doc(run_id, {1: s}, timing=timing, profile=_profile(kernels))
+
+    flags = compare_documents(doc("A", gap_a), doc("B", gap_b)).cases[0].flags
+    said = [f for f in flags if f.startswith("launch-gap levels differ")]
+    if flagged:
+        assert said == ["launch-gap levels differ: 0.96 vs 1.12 µs a kernel boundary; over 9 boundaries about "
+                        "+1.4 µs of span (busy time does not carry it)"]
+    else:
+        assert said == []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from operatorx.run.job import _warm_backend
+from operatorx.run.job import _launch_gap, _warm_backend
 
 
 def test_the_torch_backend_warms_nothing_on_the_cpu():
@@ -28,3 +28,18 @@ def test_the_torch_backend_warms_cublas_on_the_gpu():
 
     assert _warm_backend("torch", "cuda") is None
     torch.cuda.synchronize()
+
+
+def test_a_launch_gap_probe_that_fails_is_said_and_the_worker_goes_on(monkeypatch):
+    from operatorx.measure import launch_gap
+    from operatorx.measure.launch_gap import LaunchGap
+
+    def broken(sm_clock_hz):
+        raise RuntimeError("CUPTI_ERROR_NOT_INITIALIZED\nmore")
+
+    monkeypatch.setattr(launch_gap, "measure_launch_gap", broken)
+    assert _launch_gap(2e9) == {"error": "RuntimeError: CUPTI_ERROR_NOT_INITIALIZED\nmore"}
+    monkeypatch.setattr(launch_gap, "measure_launch_gap", lambda hz: None)
+    assert _launch_gap(2e9) == {"error": "the probe's kernels were not recorded"}
+    monkeypatch.setattr(launch_gap, "measure_launch_gap", lambda hz: LaunchGap(1.10412, 0.896, 120))
+    assert _launch_gap(2e9) == {"gap_us": 1.1041, "kernel_us": 0.896, "boundaries": 120}

@@ -183,6 +183,10 @@ def test_cuda_run_declares_how_each_number_was_taken(tmp_path, write_testlist):
     trace = json.loads((tmp_path / "traces" / f"{outcome.run_id}-case00000.json").read_text())
     assert any(e.get("name") == "ox.call" for e in trace["traceEvents"])
     assert m["case_seconds"]["timing"] > 0
+    # the worker's launch-gap level (Kineto's records here: --trace), on the row and with the run's workers
+    assert 0.3 < m["timing"]["launch_gap_us"] < 3.0
+    workers = Store(str(tmp_path / "ox.db")).run_info(outcome.run_id)["workers"]
+    assert [w["launch_gap"]["boundaries"] for w in workers.values()] == [120]
     from pathlib import Path
 
     doc = (Path(__file__).parents[2] / "docs" / "metrics.md").read_text(encoding="utf-8")

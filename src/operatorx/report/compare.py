@@ -36,7 +36,8 @@ How this compares with the two usual tools:
 
 Conditions that make the numbers less comparable are flagged, never hidden: per case (capped clocks,
 L2 state not verified or different, timing method or clock different, ncu-perturbed, other GPU or
-backend for the row), and per comparison (GPU, driver, software versions, timing settings).
+backend for the row, a multi-kernel call timed by workers of different launch-gap levels), and per
+comparison (GPU, driver, software versions, timing settings).
 """
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ __all__ = ["CaseComparison", "Comparison", "Verdict", "compare_documents", "comp
 
 Verdict = Literal["faster", "slower", "same", "ambiguous", "missing"]
 _DIRECT_PAIRS = 20_000        # up to this many pairwise differences: form them; beyond: bisection
+LAUNCH_GAP_STEP_US = 0.05     # two workers' launch-gap levels differ when further apart than this: the H200's
+                              # two levels lie ~0.14 µs apart, one level's readings within ~0.06 (benchmarks §21)
 
 
 @dataclass(frozen=True)
@@ -255,11 +258,39 @@ def _row_flags(a: Row, b: Row) -> list[str]:
     if ma is not None and mb is not None:
         flags += [_differs("timing methods", ma.method, mb.method), _differs("clocks", ma.clock, mb.clock),
                   _differs("L2 states", ma.l2_state, mb.l2_state)]
+    flags.append(_launch_gap_flag(a, b))
     wa, wb = a.worker, b.worker
     if wa is not None and wb is not None:
         flags.append(_differs("GPUs", wa.name, wb.name) or _differs("GPU UUIDs", wa.uuid, wb.uuid))
     flags.append(_differs("backends", a.backend, b.backend))
     return [f for f in flags if f]
+
+
+def _launch_gap_us(row: Row) -> Optional[float]:
+    m = row.measured
+    return m.timing.launch_gap_us if m is not None and m.timing is not None else None
+
+
+def _kernel_boundaries(row: Row) -> Optional[int]:
+    """Kernel boundaries inside one call (kernels per call − 1), from the row's kernel breakdown."""
+    profile = row.ran.profile if row.ran is not None else None
+    if profile is None or not profile.kernels:
+        return None
+    return max(0, round(sum(k.count_per_call or 0 for k in profile.kernels)) - 1)
+
+
+def _launch_gap_flag(a: Row, b: Row) -> Optional[str]:
+    """A multi-kernel call timed by two workers whose launch-gap levels differ: its span moves by about
+    boundaries × the difference whatever the op did, and its busy time does not (measure/launch_gap.py)."""
+    gap_a, gap_b = _launch_gap_us(a), _launch_gap_us(b)
+    if gap_a is None or gap_b is None or abs(gap_b - gap_a) <= LAUNCH_GAP_STEP_US:
+        return None
+    boundaries = _kernel_boundaries(b) or _kernel_boundaries(a)
+    if not boundaries:
+        return None
+    shift_us = boundaries * (gap_b - gap_a)
+    return (f"launch-gap levels differ: {gap_a:.2f} vs {gap_b:.2f} µs a kernel boundary; over {boundaries} "
+            f"boundaries about {shift_us:+.1f} µs of span (busy time does not carry it)")
 
 
 # --- documents ------------------------------------------------------------------------------------

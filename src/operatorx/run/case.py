@@ -112,6 +112,8 @@ class CaseRunner:
     testlist: str
     l2_check: Optional[dict[str, Any]] = None
     run_id: Optional[str] = None
+    launch_gap_us: Optional[float] = None
+    """This process's launch-gap level (measure/launch_gap.py), carried by every row it times."""
     _seconds: dict[str, float] = field(default_factory=dict, init=False, repr=False)
     """Wall seconds of this case's phases (prepare_check, timing, profile), reset per case."""
 
@@ -207,7 +209,9 @@ class CaseRunner:
             samples_us=m.samples_us,
             warmup=Warmup(calls=m.warmup_calls, seconds=m.warmup_s),
             stop_reason=m.stop_reason,
-            timing=TimingInfo.model_validate(json_safe({**self.config.timing.to_json(), **details})),
+            timing=TimingInfo.model_validate(json_safe({**self.config.timing.to_json(), **details,
+                                                        **({"launch_gap_us": self.launch_gap_us}
+                                                           if self.launch_gap_us is not None else {})})),
         )
         nbytes = prepared.min_bytes if prepared.min_bytes is not None else case.min_bytes()
         parts: dict[str, Any] = {

@@ -127,6 +127,7 @@ class _RunJob:
         # the steps that wait for the GPU (the first of them for the rest of the spin)
         l2_check = None
         ramp_info = None
+        launch_gap: dict[str, Any] = {}
         if cuda:
             from operatorx.measure.device_timer import device_timer
 
@@ -146,17 +147,22 @@ class _RunJob:
 
                 l2_check = check_l2_states(device.l2_bytes, config.timing.l2_state, telemetry.max_sm_clock_hz())
                 startup.lap("l2_check")
+            if cupti:
+                launch_gap = _launch_gap(timer.sm_clock_hz)      # (2 GHz where NVML gave no clock)
+                startup.lap("launch_gap")
         else:
             timer = HostClockTiming(config.timing)
         self.runner = CaseRunner(config=config, device=device, timer=timer, telemetry=telemetry, l2_check=l2_check,
-                                 run_id=spec.run_id, peaks=peaks, testlist=spec.testlist)
+                                 run_id=spec.run_id, peaks=peaks, testlist=spec.testlist,
+                                 launch_gap_us=launch_gap.get("gap_us"))
         if ramp is not None:
             # read last: a backend's import (vLLM's: seconds of host work) would let the clock fall
             # again after an earlier reading, and the first case would skip its long warmup on a stale one
             ramp_info = ramp.finish(telemetry, config.timing.capped_clock_fraction)
             startup.lap("clock_ramp")
         self.info = {**info, "l2_check": l2_check, "device_kind": device_kind, "peaks": peaks_info,
-                     "backend_warmup": backend_warmup, "startup_s": startup.laps, "clock_ramp": ramp_info}
+                     "backend_warmup": backend_warmup, "startup_s": startup.laps, "clock_ramp": ramp_info,
+                     "launch_gap": launch_gap or None}
 
     def run(self, case: Case, index: int) -> Row:
         return self.runner.run(case, index)
@@ -174,6 +180,22 @@ class _Stopwatch:
         now = time.perf_counter()
         self.laps[name] = round(now - self._t, 4)
         self._t = now
+
+
+def _launch_gap(sm_clock_hz: float) -> dict[str, Any]:
+    """The process's launch-gap level (measure/launch_gap.py) for the job's info and every row: `gap_us`,
+    `kernel_us`, `boundaries`; or `error` where the probe failed (the worker goes on without it)."""
+    from dataclasses import asdict
+
+    from operatorx.measure.launch_gap import measure_launch_gap
+
+    try:
+        gap = measure_launch_gap(sm_clock_hz)
+    except Exception as err:  # noqa: BLE001 - a condition not read is said, never the worker's end
+        return {"error": f"{type(err).__name__}: {str(err).strip()[:200]}"}
+    if gap is None:
+        return {"error": "the probe's kernels were not recorded"}
+    return {k: round(v, 4) if isinstance(v, float) else v for k, v in asdict(gap).items()}
 
 
 def _warm_backend(backend: str, device_kind: str) -> Optional[str]:

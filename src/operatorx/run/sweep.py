@@ -206,7 +206,8 @@ class _Sink:
     def worker_ready(self, slot: str, info: dict[str, Any]) -> None:
         first = not self._workers
         self._workers[slot] = {"device": info.get("device"), "l2_check": info.get("l2_check"),
-                               "startup_s": info.get("startup_s"), "clock_ramp": info.get("clock_ramp")}
+                               "startup_s": info.get("startup_s"), "clock_ramp": info.get("clock_ramp"),
+                               "launch_gap": info.get("launch_gap")}
         patch: dict[str, Any] = {"workers": dict(self._workers)}
         if first:                                  # the run's provenance: where its first worker ran
             patch.update({k: v for k, v in info.items() if k != "l2_check"})
