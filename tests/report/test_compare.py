@@ -245,3 +245,25 @@ def test_a_multi_kernel_call_timed_at_two_launch_gap_levels_is_flagged(gap_a, ga
                         "+1.4 µs of span (busy time does not carry it)"]
     else:
         assert said == []
+
+
+def test_runs_whose_workers_had_different_launch_gap_levels_are_flagged():
+    rng = np.random.default_rng(12)
+    s = _samples(rng)
+
+    def run(*levels):
+        return {"workers": {f"gpu{i}": {"launch_gap": {"gap_us": g, "boundaries": 120}}
+                            for i, g in enumerate(levels)}}
+
+    def flags(run_a, run_b):
+        c = compare_documents(_doc("A", {1: s}, run=run_a), _doc("B", {1: s}, run=run_b))
+        return [f for f in c.flags if f.startswith("launch-gap")]
+
+    assert flags(run(0.96), run(1.10, 1.12)) == [
+        "launch-gap levels differ: 0.96 vs 1.10-1.12 µs a kernel boundary (multi-kernel spans carry it, busy "
+        "times do not: --metric busy compares without it)"]
+    assert flags(run(1.10), run(1.12, 1.13)) == []                 # one level, read by three workers
+    assert flags({"launch_gap": {"gap_us": 0.96}}, run(1.12)) == [  # a run record with its first worker's only
+        "launch-gap levels differ: 0.96 vs 1.12 µs a kernel boundary (multi-kernel spans carry it, busy "
+        "times do not: --metric busy compares without it)"]
+    assert flags({}, run(1.12)) == []                               # a run from before the probe

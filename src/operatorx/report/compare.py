@@ -239,7 +239,28 @@ def _run_flags(run_a: dict[str, Any], run_b: dict[str, Any]) -> list[str]:
     t_a, t_b = run_a.get("timing") or {}, run_b.get("timing") or {}
     for key in ("mode", "l2_state", "noise_target"):
         flags.append(_differs(f"timing {key}s", t_a.get(key), t_b.get(key)))
+    flags.append(_run_launch_gap_flag(run_a, run_b))
     return [f for f in flags if f]
+
+
+def _run_levels(run: dict[str, Any]) -> list[float]:
+    """The launch-gap levels of a run's workers (each worker's info, else the run's first worker's)."""
+    infos = [w.get("launch_gap") for w in (run.get("workers") or {}).values() if isinstance(w, dict)]
+    infos = infos or [run.get("launch_gap")]
+    return sorted(float(i["gap_us"]) for i in infos if isinstance(i, dict) and i.get("gap_us") is not None)
+
+
+def _run_launch_gap_flag(run_a: dict[str, Any], run_b: dict[str, Any]) -> Optional[str]:
+    """The two runs' workers had different launch-gap levels: every multi-kernel span moves with it."""
+    a, b = _run_levels(run_a), _run_levels(run_b)
+    if not a or not b or max(abs(x - y) for x in a for y in b) <= LAUNCH_GAP_STEP_US:
+        return None
+
+    def levels(v: list[float]) -> str:
+        return f"{v[0]:.2f}" if v[-1] - v[0] < 0.005 else f"{v[0]:.2f}-{v[-1]:.2f}"
+
+    return (f"launch-gap levels differ: {levels(a)} vs {levels(b)} µs a kernel boundary (multi-kernel spans "
+            f"carry it, busy times do not: --metric busy compares without it)")
 
 
 def _row_flags(a: Row, b: Row) -> list[str]:
