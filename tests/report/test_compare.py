@@ -224,22 +224,26 @@ def _profile(kernels: int) -> dict:
     return {"kernels": [{"name": f"k{i}", "count_per_call": 1.0} for i in range(kernels)]}
 
 
+def _gap_doc(run_id, gap, kernels=10, method=None, profile=True):
+    s = _samples(np.random.default_rng(11))
+    extra = {"profile": _profile(kernels)} if profile else {}
+    if method:
+        extra["method"] = method
+    return _doc(run_id, {1: s}, timing={"launch_gap_us": gap} if gap is not None else {}, **extra)
+
+
+def _gap_flags(doc_a, doc_b, **kw):
+    return [f for f in compare_documents(doc_a, doc_b, **kw).cases[0].flags if f.startswith("launch-gap")]
+
+
 @pytest.mark.parametrize(("gap_a", "gap_b", "kernels", "flagged"), [
     (0.96, 1.12, 10, True),         # two levels, ten kernels: the span moves by ~1.4 µs
-    (1.10, 1.12, 10, False),        # one level read twice
+    (1.10, 1.155, 10, False),       # one level read twice (its readings spread ~0.06 µs)
     (0.96, 1.12, 1, False),         # a single kernel has no boundary to carry it
     (None, 1.12, 10, False),        # a row from before the probe: nothing to compare
 ])
 def test_a_multi_kernel_call_timed_at_two_launch_gap_levels_is_flagged(gap_a, gap_b, kernels, flagged):
-    rng = np.random.default_rng(11)
-    s = _samples(rng)
-
-    def doc(run_id, gap):
-        timing = {"launch_gap_us": gap} if gap is not None else {}
-        return _doc(run_id, {1: s}, timing=timing, profile=_profile(kernels))
-
-    flags = compare_documents(doc("A", gap_a), doc("B", gap_b)).cases[0].flags
-    said = [f for f in flags if f.startswith("launch-gap levels differ")]
+    said = _gap_flags(_gap_doc("A", gap_a, kernels), _gap_doc("B", gap_b, kernels))
     if flagged:
         assert said == ["launch-gap levels differ: 0.96 vs 1.12 µs a kernel boundary; over 9 boundaries about "
                         "+1.4 µs of span (busy time does not carry it)"]
@@ -247,23 +251,55 @@ def test_a_multi_kernel_call_timed_at_two_launch_gap_levels_is_flagged(gap_a, ga
         assert said == []
 
 
+def test_the_launch_gap_flag_takes_bs_kernel_count_and_as_only_where_b_has_none():
+    assert _gap_flags(_gap_doc("A", 1.12, kernels=10), _gap_doc("B", 0.96, kernels=1)) == []   # B: no boundary
+    assert _gap_flags(_gap_doc("A", 1.12, kernels=10), _gap_doc("B", 0.96, profile=False)) == [
+        "launch-gap levels differ: 1.12 vs 0.96 µs a kernel boundary; over 9 boundaries about -1.4 µs of span "
+        "(busy time does not carry it)"]
+
+
+def test_no_launch_gap_flag_for_graph_replays_or_the_busy_metric():
+    graph = "cupti_kernels/cuda_graph"
+    assert _gap_flags(_gap_doc("A", 0.96, method=graph), _gap_doc("B", 1.12, method=graph)) == []
+    assert _gap_flags(_gap_doc("A", 0.96), _gap_doc("B", 1.12)) != []
+    busy_a = _gap_doc("A", 0.96)
+    busy_b = _gap_doc("B", 1.12)
+    for d in (busy_a, busy_b):
+        d["rows"][0]["metrics"]["busy_samples_us"] = d["rows"][0]["metrics"]["samples_us"]
+    assert _gap_flags(busy_a, busy_b, metric="busy") == []
+
+
+def _run(*levels):
+    return {"workers": {f"gpu{i}": {"launch_gap": {"gap_us": g, "boundaries": 120}} for i, g in enumerate(levels)}}
+
+
+def _run_gap_flags(run_a, run_b, metric="span"):
+    s = _samples(np.random.default_rng(12))
+    busy = {"busy_samples_us": s}
+    c = compare_documents(_doc("A", {1: s}, run=run_a, **busy), _doc("B", {1: s}, run=run_b, **busy), metric=metric)
+    return [f for f in c.flags if f.startswith("launch-gap")]
+
+
 def test_runs_whose_workers_had_different_launch_gap_levels_are_flagged():
-    rng = np.random.default_rng(12)
-    s = _samples(rng)
+    said = ("launch-gap levels differ: {} vs {} µs a kernel boundary (multi-kernel spans carry it, busy "
+            "times do not: --metric busy compares without it)")
+    assert _run_gap_flags(_run(0.96), _run(1.10, 1.12)) == [said.format("0.96", "1.10-1.12")]
+    assert _run_gap_flags(_run(0.96, 1.12), _run(0.96)) == [said.format("0.96 and 1.12", "0.96")]
+    assert _run_gap_flags({"launch_gap": {"gap_us": 0.96}}, _run(1.12)) == [said.format("0.96", "1.12")]
 
-    def run(*levels):
-        return {"workers": {f"gpu{i}": {"launch_gap": {"gap_us": g, "boundaries": 120}}
-                            for i, g in enumerate(levels)}}
 
-    def flags(run_a, run_b):
-        c = compare_documents(_doc("A", {1: s}, run=run_a), _doc("B", {1: s}, run=run_b))
-        return [f for f in c.flags if f.startswith("launch-gap")]
+def test_runs_at_the_same_levels_are_not_flagged_even_with_workers_at_two():
+    assert _run_gap_flags(_run(1.10), _run(1.12, 1.13)) == []                   # one level, read by three workers
+    assert _run_gap_flags(_run(0.96, 1.12, 0.97), _run(0.96, 1.12, 0.97)) == []  # a mixed run against itself
+    assert _run_gap_flags(_run(0.96), _run(1.12), metric="busy") == []         # busy time does not carry it
+    assert _run_gap_flags({}, _run(1.12)) == []                                 # a run from before the probe
 
-    assert flags(run(0.96), run(1.10, 1.12)) == [
-        "launch-gap levels differ: 0.96 vs 1.10-1.12 µs a kernel boundary (multi-kernel spans carry it, busy "
-        "times do not: --metric busy compares without it)"]
-    assert flags(run(1.10), run(1.12, 1.13)) == []                 # one level, read by three workers
-    assert flags({"launch_gap": {"gap_us": 0.96}}, run(1.12)) == [  # a run record with its first worker's only
-        "launch-gap levels differ: 0.96 vs 1.12 µs a kernel boundary (multi-kernel spans carry it, busy "
-        "times do not: --metric busy compares without it)"]
-    assert flags({}, run(1.12)) == []                               # a run from before the probe
+
+def test_a_run_record_this_version_cannot_read_gives_no_flag_and_no_error():
+    assert _run_gap_flags({"workers": {"gpu0": {"launch_gap": {"gap_us": "fast"}}}}, _run(1.12)) == []
+    assert _run_gap_flags({"workers": ["gpu0"]}, _run(1.12)) == []
+
+
+def test_levels_group_readings_within_a_step():
+    assert cmp._launch_gap_levels([1.12, 0.96, 1.10, 0.97, 1.15]) == [[0.96, 0.97], [1.10, 1.12, 1.15]]
+    assert cmp._launch_gap_levels([]) == []

@@ -34,12 +34,16 @@ def test_a_launch_gap_probe_that_fails_is_said_and_the_worker_goes_on(monkeypatc
     from operatorx.measure import launch_gap
     from operatorx.measure.launch_gap import LaunchGap
 
-    def broken(sm_clock_hz):
+    def broken(sm_clock_hz, released):
         raise RuntimeError("CUPTI_ERROR_NOT_INITIALIZED\nmore")
 
     monkeypatch.setattr(launch_gap, "measure_launch_gap", broken)
-    assert _launch_gap(2e9) == {"error": "RuntimeError: CUPTI_ERROR_NOT_INITIALIZED\nmore"}
-    monkeypatch.setattr(launch_gap, "measure_launch_gap", lambda hz: None)
-    assert _launch_gap(2e9) == {"error": "the probe's kernels were not recorded"}
-    monkeypatch.setattr(launch_gap, "measure_launch_gap", lambda hz: LaunchGap(1.10412, 0.896, 120))
-    assert _launch_gap(2e9) == {"gap_us": 1.1041, "kernel_us": 0.896, "boundaries": 120}
+    assert _launch_gap(2e9, True) == {"error": "RuntimeError: CUPTI_ERROR_NOT_INITIALIZED"}    # its first line
+    monkeypatch.setattr(launch_gap, "measure_launch_gap", lambda hz, released: None)
+    assert _launch_gap(2e9, True) == {
+        "error": "no probe call counted (no kernel recorded, or the host late for every call)"}
+    seen = []
+    monkeypatch.setattr(launch_gap, "measure_launch_gap",
+                        lambda hz, released: seen.append(released) or LaunchGap(1.10412, 0.896, 120))
+    assert _launch_gap(2e9, False) == {"gap_us": 1.1041, "kernel_us": 0.896, "boundaries": 120}
+    assert seen == [False]          # --no-spin: the probe builds no released wait either

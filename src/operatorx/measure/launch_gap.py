@@ -26,17 +26,24 @@ __all__ = ["LaunchGap", "chain_offsets_ns", "measure_launch_gap", "trimmed_mean"
 
 _CHAIN_KERNELS = 16         # kernels in one probe call: 15 boundaries
 _CHAIN_CALLS = 8            # probe calls in the batch: 120 boundaries in all
-_HOLD_S = 2e-3              # the GPU waits this long at most while the host launches the chain
+_HOLD_S = 50e-3             # the GPU waits this long at most while the host launches the chain. The released
+                            # wait ends as soon as the host is done, so only its budget is this long: with a
+                            # 2 ms budget a slow host (Kineto's per-call tracing, 103 µs a [flush, call] on
+                            # one H200 host) ran out of it, the GPU caught up, and the probe read the host's
+                            # launch pace (1.21 and 4.45 µs, benchmarks §21)
 _TRIM = 0.1                 # share of offsets left out at each end (a boundary the host was late for)
 
 
 @dataclass(frozen=True)
 class LaunchGap:
-    """What the probe read: the median gap and how many boundaries it is taken over."""
+    """What the probe read."""
 
     gap_us: float
-    kernel_us: float        # median duration of one probe kernel (a sanity check: ~1 µs)
+    """Trimmed mean of the offsets between consecutive kernels (see the module's docstring)."""
+    kernel_us: float
+    """Median duration of one probe kernel: a sanity check (a one-element add, ~0.9 µs on the H200)."""
     boundaries: int
+    """Offsets the mean is taken over, before trimming: those of the probe calls the host kept ahead of."""
 
 
 def chain_offsets_ns(calls: list[list[tuple[int, int]]]) -> list[int]:
@@ -59,9 +66,11 @@ def trimmed_mean(values: list[int], trim: float = _TRIM) -> float:
     return sum(kept) / len(kept)
 
 
-def measure_launch_gap(sm_clock_hz: float) -> Optional[LaunchGap]:
-    """The process's launch-gap level, from one probe batch; None where no kernel was recorded (no
-    CUDA, or an activity source that gave nothing). Costs a few ms."""
+def measure_launch_gap(sm_clock_hz: float, released: bool = True) -> Optional[LaunchGap]:
+    """The process's launch-gap level, from one probe batch; None where no call of it counts: no
+    kernel recorded, or the host late for every call (a gap then measures the host, not the GPU).
+    `released`: behind the host-released wait (measure/host_release.py), else a fixed spin of the
+    same budget (`--no-spin` runs build no wait kernel). Costs a few ms (the fixed spin: 50 ms)."""
     import torch
 
     from operatorx.measure.trace import trace_batch
@@ -74,12 +83,12 @@ def measure_launch_gap(sm_clock_hz: float) -> Optional[LaunchGap]:
 
     chain()
     torch.cuda.synchronize()
-    batch = trace_batch(chain, _CHAIN_CALLS, None, int(_HOLD_S * sm_clock_hz), released=True)
-    calls = [[(a.start_ns, a.end_ns) for a in c.activities] for c in batch.calls if len(c.activities) > 1]
+    batch = trace_batch(chain, _CHAIN_CALLS, None, int(_HOLD_S * sm_clock_hz), released=released)
+    ahead = [c for c in batch.calls if len(c.activities) > 1 and not c.launched_late and not c.starved]
+    calls = [[(a.start_ns, a.end_ns) for a in c.activities] for c in ahead]
     offsets = chain_offsets_ns(calls)
     if not offsets:
         return None
     durations = [end - start for kernels in calls for start, end in kernels]
     return LaunchGap(gap_us=trimmed_mean(offsets) / 1e3, kernel_us=statistics.median(durations) / 1e3,
                      boundaries=len(offsets))
-

@@ -57,7 +57,7 @@ __all__ = ["CaseComparison", "Comparison", "Verdict", "compare_documents", "comp
 
 Verdict = Literal["faster", "slower", "same", "ambiguous", "missing"]
 _DIRECT_PAIRS = 20_000        # up to this many pairwise differences: form them; beyond: bisection
-LAUNCH_GAP_STEP_US = 0.05     # two workers' launch-gap levels differ when further apart than this: the H200's
+LAUNCH_GAP_STEP_US = 0.08     # two workers' launch-gap levels differ when further apart than this: the H200's
                               # two levels lie ~0.14 µs apart, one level's readings within ~0.06 (benchmarks §21)
 
 
@@ -226,7 +226,7 @@ def _differs(what: str, a: Any, b: Any) -> Optional[str]:
     return f"{what} differ: {a} vs {b}" if a is not None and b is not None and a != b else None
 
 
-def _run_flags(run_a: dict[str, Any], run_b: dict[str, Any]) -> list[str]:
+def _run_flags(run_a: dict[str, Any], run_b: dict[str, Any], metric: Headline = "span") -> list[str]:
     dev_a, dev_b = run_a.get("device") or {}, run_b.get("device") or {}
     flags = [_differs("GPUs", dev_a.get("name"), dev_b.get("name")),
              _differs("drivers", run_a.get("driver") or dev_a.get("driver"),
@@ -239,31 +239,59 @@ def _run_flags(run_a: dict[str, Any], run_b: dict[str, Any]) -> list[str]:
     t_a, t_b = run_a.get("timing") or {}, run_b.get("timing") or {}
     for key in ("mode", "l2_state", "noise_target"):
         flags.append(_differs(f"timing {key}s", t_a.get(key), t_b.get(key)))
-    flags.append(_run_launch_gap_flag(run_a, run_b))
+    if metric == "span":
+        flags.append(_run_launch_gap_flag(run_a, run_b))
     return [f for f in flags if f]
 
 
-def _run_levels(run: dict[str, Any]) -> list[float]:
-    """The launch-gap levels of a run's workers (each worker's info, else the run's first worker's)."""
-    infos = [w.get("launch_gap") for w in (run.get("workers") or {}).values() if isinstance(w, dict)]
+def _run_readings(run: dict[str, Any]) -> list[float]:
+    """The launch-gap readings of a run's workers (each worker slot's, else the run's first worker's);
+    none from a record this version cannot read."""
+    workers = run.get("workers")
+    infos = [w.get("launch_gap") for w in workers.values() if isinstance(w, dict)] \
+        if isinstance(workers, dict) else []
     infos = infos or [run.get("launch_gap")]
-    return sorted(float(i["gap_us"]) for i in infos if isinstance(i, dict) and i.get("gap_us") is not None)
+    try:
+        return sorted(float(i["gap_us"]) for i in infos if isinstance(i, dict) and i.get("gap_us") is not None)
+    except (TypeError, ValueError):
+        return []
+
+
+def _launch_gap_levels(readings: list[float]) -> list[list[float]]:
+    """Sorted readings grouped into levels: a reading further than LAUNCH_GAP_STEP_US from the one
+    before it starts a new level (eight workers of one host read two levels, not eight)."""
+    levels: list[list[float]] = []
+    for r in sorted(readings):
+        if levels and r - levels[-1][-1] <= LAUNCH_GAP_STEP_US:
+            levels[-1].append(r)
+        else:
+            levels.append([r])
+    return levels
 
 
 def _run_launch_gap_flag(run_a: dict[str, Any], run_b: dict[str, Any]) -> Optional[str]:
-    """The two runs' workers had different launch-gap levels: every multi-kernel span moves with it."""
-    a, b = _run_levels(run_a), _run_levels(run_b)
-    if not a or not b or max(abs(x - y) for x in a for y in b) <= LAUNCH_GAP_STEP_US:
+    """The two runs' workers had different sets of launch-gap levels: multi-kernel spans move with it.
+    A run whose workers sat at two levels against one whose workers did too is not flagged here: which
+    worker timed which case decides it, and the per-case flag says so."""
+    a, b = _launch_gap_levels(_run_readings(run_a)), _launch_gap_levels(_run_readings(run_b))
+    if not a or not b:
         return None
 
-    def levels(v: list[float]) -> str:
-        return f"{v[0]:.2f}" if v[-1] - v[0] < 0.005 else f"{v[0]:.2f}-{v[-1]:.2f}"
+    def matched(level: list[float], others: list[list[float]]) -> bool:
+        mean = sum(level) / len(level)
+        return any(abs(mean - sum(o) / len(o)) <= LAUNCH_GAP_STEP_US for o in others)
 
-    return (f"launch-gap levels differ: {levels(a)} vs {levels(b)} µs a kernel boundary (multi-kernel spans "
+    if all(matched(x, b) for x in a) and all(matched(y, a) for y in b):
+        return None
+
+    def said(levels: list[list[float]]) -> str:
+        return " and ".join(f"{v[0]:.2f}" if v[-1] - v[0] < 0.005 else f"{v[0]:.2f}-{v[-1]:.2f}" for v in levels)
+
+    return (f"launch-gap levels differ: {said(a)} vs {said(b)} µs a kernel boundary (multi-kernel spans "
             f"carry it, busy times do not: --metric busy compares without it)")
 
 
-def _row_flags(a: Row, b: Row) -> list[str]:
+def _row_flags(a: Row, b: Row, metric: Headline = "span") -> list[str]:
     flags: list[Optional[str]] = []
     for side, row in (("A", a), ("B", b)):
         m = row.measured
@@ -279,7 +307,8 @@ def _row_flags(a: Row, b: Row) -> list[str]:
     if ma is not None and mb is not None:
         flags += [_differs("timing methods", ma.method, mb.method), _differs("clocks", ma.clock, mb.clock),
                   _differs("L2 states", ma.l2_state, mb.l2_state)]
-    flags.append(_launch_gap_flag(a, b))
+    if metric == "span":
+        flags.append(_launch_gap_flag(a, b))
     wa, wb = a.worker, b.worker
     if wa is not None and wb is not None:
         flags.append(_differs("GPUs", wa.name, wb.name) or _differs("GPU UUIDs", wa.uuid, wb.uuid))
@@ -288,6 +317,8 @@ def _row_flags(a: Row, b: Row) -> list[str]:
 
 
 def _launch_gap_us(row: Row) -> Optional[float]:
+    """The launch-gap level of the worker that timed the row (None: a row from before the probe, or
+    one of a mode that does not read it)."""
     m = row.measured
     return m.timing.launch_gap_us if m is not None and m.timing is not None else None
 
@@ -297,16 +328,21 @@ def _kernel_boundaries(row: Row) -> Optional[int]:
     profile = row.ran.profile if row.ran is not None else None
     if profile is None or not profile.kernels:
         return None
-    return max(0, round(sum(k.count_per_call or 0 for k in profile.kernels)) - 1)
+    return max(0, round(profile.kernels_per_call) - 1)
 
 
 def _launch_gap_flag(a: Row, b: Row) -> Optional[str]:
     """A multi-kernel call timed by two workers whose launch-gap levels differ: its span moves by about
-    boundaries × the difference whatever the op did, and its busy time does not (measure/launch_gap.py)."""
+    boundaries × the difference whatever the op did, and its busy time does not (measure/launch_gap.py).
+    B's kernel count where it has one (A's otherwise); a graph replay has no launch gaps to carry."""
     gap_a, gap_b = _launch_gap_us(a), _launch_gap_us(b)
     if gap_a is None or gap_b is None or abs(gap_b - gap_a) <= LAUNCH_GAP_STEP_US:
         return None
-    boundaries = _kernel_boundaries(b) or _kernel_boundaries(a)
+    if any(r.measured is not None and "cuda_graph" in (r.measured.method or "") for r in (a, b)):
+        return None
+    boundaries = _kernel_boundaries(b)
+    if boundaries is None:
+        boundaries = _kernel_boundaries(a)
     if not boundaries:
         return None
     shift_us = boundaries * (gap_b - gap_a)
@@ -359,7 +395,7 @@ def compare_documents(doc_a: dict[str, Any], doc_b: dict[str, Any], *, min_effec
         some = a or b
         assert some is not None
         sa, sb = _samples(a, metric), _samples(b, metric)
-        flags = _row_flags(a, b) if a is not None and b is not None else []
+        flags = _row_flags(a, b, metric) if a is not None and b is not None else []
         if s is None or q is None:
             why = [f"no ok row with {metric} samples in {side}" if len(x) < 2 else f"a sample <= 0 µs in {side}"
                    for side, x in (("A", sa), ("B", sb)) if not _usable(x)]
@@ -380,7 +416,7 @@ def compare_documents(doc_a: dict[str, Any], doc_b: dict[str, Any], *, min_effec
             case_index_a=a.case_index if a else None, case_index_b=b.case_index if b else None))
     run_a, run_b = doc_a.get("run") or {}, doc_b.get("run") or {}
     return Comparison(a=str(run_a.get("id", "A")), b=str(run_b.get("id", "B")), min_effect=min_effect, alpha=alpha,
-                      metric=metric, cases=cases, flags=_run_flags(run_a, run_b))
+                      metric=metric, cases=cases, flags=_run_flags(run_a, run_b, metric))
 
 
 def _usable(samples: list[float]) -> bool:

@@ -71,8 +71,9 @@ class _RunJob:
     recording on, imports SciPy and reads the software stack; then come the steps that wait on the
     GPU: the backend's warmup (the first cuBLAS call loads kernels, which waits for the spin), the
     timer (Triton's first launch waits the same way), the flush buffer's graph capture, the L2
-    probe. Built the other way round, the flusher waited out the spin and CUPTI started after it:
-    about a second more per worker (benchmarks §18, §20)."""
+    probe, the launch-gap probe (the process's level, which every row carries: measure/launch_gap.py).
+    Built the other way round, the flusher waited out the spin and CUPTI started after it: about a
+    second more per worker (benchmarks §18, §20)."""
 
     def __init__(self, spec: JobSpec, device_kind: str) -> None:
         from operatorx.measure import HostClockTiming, Telemetry
@@ -147,8 +148,8 @@ class _RunJob:
 
                 l2_check = check_l2_states(device.l2_bytes, config.timing.l2_state, telemetry.max_sm_clock_hz())
                 startup.lap("l2_check")
-            if cupti:
-                launch_gap = _launch_gap(timer.sm_clock_hz)      # (2 GHz where NVML gave no clock)
+            if cupti and config.timing.mode == "kernels":    # (a graph replays without launch gaps)
+                launch_gap = _launch_gap(timer.sm_clock_hz, config.timing.spin)   # (2 GHz where NVML gave none)
                 startup.lap("launch_gap")
         else:
             timer = HostClockTiming(config.timing)
@@ -182,7 +183,7 @@ class _Stopwatch:
         self._t = now
 
 
-def _launch_gap(sm_clock_hz: float) -> dict[str, Any]:
+def _launch_gap(sm_clock_hz: float, released: bool) -> dict[str, Any]:
     """The process's launch-gap level (measure/launch_gap.py) for the job's info and every row: `gap_us`,
     `kernel_us`, `boundaries`; or `error` where the probe failed (the worker goes on without it)."""
     from dataclasses import asdict
@@ -190,11 +191,12 @@ def _launch_gap(sm_clock_hz: float) -> dict[str, Any]:
     from operatorx.measure.launch_gap import measure_launch_gap
 
     try:
-        gap = measure_launch_gap(sm_clock_hz)
+        gap = measure_launch_gap(sm_clock_hz, released)
     except Exception as err:  # noqa: BLE001 - a condition not read is said, never the worker's end
-        return {"error": f"{type(err).__name__}: {str(err).strip()[:200]}"}
+        first = (str(err).strip().splitlines() or [""])[0]
+        return {"error": f"{type(err).__name__}: {first[:200]}"}
     if gap is None:
-        return {"error": "the probe's kernels were not recorded"}
+        return {"error": "no probe call counted (no kernel recorded, or the host late for every call)"}
     return {k: round(v, 4) if isinstance(v, float) else v for k, v in asdict(gap).items()}
 
 
