@@ -210,8 +210,9 @@ def cupti_reference(out: Path) -> None:
 def _reference_launch_gap(records: list[Any], launch_kinds: set[int], device_kinds: set[int]) -> float | None:
     """The reference process's own launch-gap level, in its own CUPTI windows: 8 windows of 16
     dependent one-element adds behind a 20 ms spin; the trimmed mean of start minus the previous end
-    (measure/launch_gap.py's arithmetic, not its recording). A 1 ms spin read 1.294 µs in a process
-    whose cases sat at the usual levels: the host, recording every API call, fell behind."""
+    (measure/launch_gap.py's arithmetic, not its recording). Behind a 1 ms spin it read 1.294 µs, above
+    every other reading of the session (benchmarks §21): the host, recording every API call, may have
+    fallen behind the GPU; 20 ms leaves no doubt."""
     import torch
     from cupti import cupti
 
