@@ -210,9 +210,9 @@ def cupti_reference(out: Path) -> None:
 def _reference_launch_gap(records: list[Any], launch_kinds: set[int], device_kinds: set[int]) -> float | None:
     """The reference process's own launch-gap level, in its own CUPTI windows: 8 windows of 16
     dependent one-element adds behind a 20 ms spin; the trimmed mean of start minus the previous end
-    (measure/launch_gap.py's arithmetic, not its recording). Behind a 1 ms spin it read 1.294 µs, above
-    every other reading of the session (benchmarks §21): the host, recording every API call, may have
-    fallen behind the GPU; 20 ms leaves no doubt."""
+    (measure/launch_gap.py's arithmetic, not its recording). It read 1.294 µs behind a 1 ms spin and
+    1.372 behind 20 ms, 0.19-0.36 µs above the gaps of that process's own FP8 calls (benchmarks §21),
+    where a worker's probe reads 0.10 µs below its calls': unexplained, so printed, not used."""
     import torch
     from cupti import cupti
 
@@ -319,21 +319,6 @@ def _across_processes(mine: dict[str, Any], again_path: Path) -> None:
         if diffs:
             print(f"across processes, {'span' if what == 'latency_us' else 'busy'} |p2-p1|/p1 over {len(diffs)} "
                   f"cases: {_spread(diffs)}; beyond 1%: {', '.join(moved) or 'none'}")
-    gap_1 = json.loads((again_path.parent.parent / "ours.json").read_text()).get("launch_gap_us")
-    gap_2 = json.loads(again_path.read_text()).get("launch_gap_us")
-    if gap_1 is None or gap_2 is None:
-        return
-    diffs, moved = [], []
-    for name, row in mine["kernels_1"]["rows"].items():
-        a, b = row.get("latency_us"), (again.get(name) or {}).get("latency_us")
-        if a and b:                 # the second process's span at the first one's level (an analysis)
-            b -= max(0, len(row.get("kernels") or []) - 1) * (gap_2 - gap_1)
-            diffs.append(abs(b - a) / a)
-            if abs(b - a) / a > 0.01:
-                moved.append(f"{name} {b / a - 1:+.1%}")
-    if diffs:
-        print(f"across processes, span at one launch-gap level ({gap_1:.3f} and {gap_2:.3f} µs): {_spread(diffs)}; "
-              f"beyond 1%: {', '.join(moved) or 'none'}")
 
 
 def _busy_table(mine: dict[str, Any], ref: dict[str, Any]) -> None:
@@ -385,31 +370,28 @@ def _moved_table(mine: dict[str, Any], moved_above: float = 0.01) -> None:
 
 
 def _level_table(out: Path, mine: dict[str, Any], ref: dict[str, Any]) -> None:
-    """Each process's launch-gap level (ours, the second process, the reference), and for the
-    multi-kernel calls the span against the reference once the level difference times the call's
-    kernel boundaries is taken out: what the timer itself reads, apart from the process it ran in.
-    An analysis beside the criterion, never in place of it: the criterion compares the spans as read."""
-    def level(path: Path) -> float | None:
-        return json.loads(path.read_text()).get("launch_gap_us") if path.exists() else None
+    """Each process's launch-gap probe reading (ours, the second process, the reference's own chain),
+    and for the multi-kernel calls the gaps per kernel boundary ((span - busy) / boundaries) in our
+    process and in the reference's: whether a span difference is the gaps between the kernels or
+    the kernels. No span is corrected by the readings: in the reference's process the chain read
+    0.19-0.36 µs above its own FP8 calls' gaps (benchmarks §21), and a correction multiplies a
+    reading's noise by the boundaries."""
+    def level(path: Path) -> str:
+        value = json.loads(path.read_text()).get("launch_gap_us") if path.exists() else None
+        return "-" if value is None else f"{value:.3f}"
 
-    ours_gap, again_gap = level(out / "ours.json"), level(out / "again" / "ours.json")
-    ref_gap = level(out / "cupti.json")
-    print("launch-gap level, µs a kernel boundary: " + ", ".join(
-        f"{k} {v:.3f}" if v is not None else f"{k} -" for k, v in
-        (("this process", ours_gap), ("second process", again_gap), ("reference", ref_gap))))
-    if ours_gap is None or ref_gap is None:
-        return
-    misses = []
+    print(f"launch-gap probe, µs a kernel boundary: this process {level(out / 'ours.json')}, second process "
+          f"{level(out / 'again' / 'ours.json')}, reference {level(out / 'cupti.json')}")
     for name, row in mine["kernels_1"]["rows"].items():
-        k1, r = row.get("latency_us"), (ref.get(name) or {}).get("latency_us")
+        r = ref.get(name) or {}
         boundaries = len(row.get("kernels") or []) - 1
-        if not (k1 and r) or boundaries < 1:
+        if boundaries < 2 or not (row.get("busy_us") and r.get("busy_us")):
             continue
-        matched = k1 - boundaries * (ours_gap - ref_gap)
-        print(f"  {name:8} {boundaries} boundaries: span/ref {k1 / r:.3f}, at the reference's level {matched / r:.3f}")
-        if abs(matched - r) > (max(0.03 * r, 0.3) if r < 10 else 0.03 * r):
-            misses.append(name)
-    print("  multi-kernel spans outside ±3% at the reference's level:", ", ".join(misses) or "none")
+        ours_gap = (row["latency_us"] - row["busy_us"]) / boundaries
+        ref_gap = (r["latency_us"] - r["busy_us"]) / boundaries
+        print(f"  {name:8} {boundaries:2d} boundaries: gap per boundary ours {ours_gap:.3f}, reference "
+              f"{ref_gap:.3f} µs; span/ref {row['latency_us'] / r['latency_us']:.3f}, "
+              f"busy/ref {row['busy_us'] / r['busy_us']:.3f}")
 
 
 def table(out: Path, ncu_csv: Path | None) -> None:
