@@ -143,9 +143,10 @@ class TimingInfo(OpenPart):
     gap_before_call_us_median: Optional[float] = doc("median idle GPU time before each call", "µs")
     launch_gap_us: Optional[float] = doc(
         "the worker's launch-gap level: idle GPU time between two dependent kernels of one stream, read once "
-        "at the worker's start (measure/launch_gap.py). On the H200 each process gets one of two levels for "
-        "its life (about 0.96 or 1.10 µs, benchmarks §21): a multi-kernel call's span carries it at each "
-        "kernel boundary, its busy time does not. `results compare` flags a case whose two rows differ in it",
+        "at the worker's start (measure/launch_gap.py; `kernels` mode). On the H200 a process keeps one level "
+        "for its life and processes differ by up to ~0.14 µs (benchmarks §21): a multi-kernel call's span "
+        "carries it at each kernel boundary, its busy time does not. `results compare` flags a case whose "
+        "two rows differ in it",
         "µs")
     contention_signal: Optional[str] = doc(
         "host clock (CPU device): how a sample that lost the CPU is told (measure/cpu_contention.py): "

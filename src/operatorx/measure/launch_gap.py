@@ -1,19 +1,21 @@
 """The GPU's launch gap in this process: idle device time between two dependent kernels of one stream.
 
 A multi-kernel call's span is its kernels plus the gaps between them. On the H200 that gap is not a
-constant of the card: each process gets one of two levels for its life, about 0.96 or 1.10-1.15 µs
-a kernel boundary, whatever its stream, L2 state, operand placement or module loading (benchmarks
-§17, §21). A ten-kernel dynamic-quant FP8 GEMM's span therefore moves by ~1.3 µs (3-4%) from one
-process to the next while its busy time does not. Nothing in the process chooses the level, so it
-is measured as a condition of the worker, like its clocks: every row carries the level its worker
-had, and comparisons can tell a span that moved with it from one that moved with the op.
+constant of the card: each process keeps one level for its life, and the level differs from one
+process to the next by up to ~0.14 µs a kernel boundary (eager dynamic-quant FP8 decode GEMMs: 0.93-1.0
+µs in some processes, 1.06-1.15 in others), whatever the process's stream, L2 state, operand placement
+or module loading (benchmarks §17, §21). A ten-kernel call's span therefore moves by up to ~1.3 µs
+(3-4%) from one process to the next while its busy time does not. Nothing in the process chooses the
+level, so it is measured as a condition of the worker, like its clocks: every row carries its
+worker's reading, and comparisons can tell a span that moved with it from one that moved with the op.
 
 The probe: a chain of tiny dependent kernels (one-element adds), queued behind a GPU wait so the host
 is never the one the GPU waits for, recorded by the process's activity session; the gap is the mean
-start-to-previous-end offset over the chain's boundaries, the slowest and fastest tenth left out. A
-mean, not a median: the H200's kernel timestamps come in steps of 32 ns, a quarter of the distance
-between the two levels, and a median of such steps jumped between neighbouring steps from one
-reading to the next in one process (1.088 / 1.12 µs).
+start-to-previous-end offset over the chain's boundaries, the slowest and fastest tenth left out. In
+four fresh `operatorx run` workers it read 1.081-1.180 µs, 0.10 µs below the gaps per boundary of the
+same worker's row-wise dynamic FP8 calls (1.178-1.292) and moving with them worker by worker. A mean,
+not a median: the H200's kernel timestamps come in steps of 32 ns, and a median of such steps jumped
+between neighbouring steps from one reading to the next in one process (1.088 / 1.12 µs).
 """
 
 from __future__ import annotations

@@ -57,8 +57,8 @@ __all__ = ["CaseComparison", "Comparison", "Verdict", "compare_documents", "comp
 
 Verdict = Literal["faster", "slower", "same", "ambiguous", "missing"]
 _DIRECT_PAIRS = 20_000        # up to this many pairwise differences: form them; beyond: bisection
-LAUNCH_GAP_STEP_US = 0.08     # two workers' launch-gap levels differ when further apart than this: the H200's
-                              # two levels lie ~0.14 µs apart, one level's readings within ~0.06 (benchmarks §21)
+LAUNCH_GAP_STEP_US = 0.08     # two workers' launch-gap levels differ when further apart than this: on the H200
+                              # one process's readings spread up to ~0.06 µs, processes up to ~0.14 (§21)
 
 
 @dataclass(frozen=True)
