@@ -30,9 +30,8 @@ _CHAIN_KERNELS = 16         # kernels in one probe call: 15 boundaries
 _CHAIN_CALLS = 8            # probe calls in the batch: 120 boundaries in all
 _HOLD_S = 50e-3             # the GPU waits this long at most while the host launches the chain. The released
                             # wait ends as soon as the host is done, so only its budget is this long: with a
-                            # 2 ms budget a slow host (Kineto's per-call tracing, 103 µs a [flush, call] on
-                            # one H200 host) ran out of it, the GPU caught up, and the probe read the host's
-                            # launch pace (1.21 and 4.45 µs, benchmarks §21)
+                            # 2 ms budget the host under Kineto's per-call tracing ran out of it, the GPU
+                            # caught up, and the probe read the host's launch pace (4.45 µs, benchmarks §21)
 _TRIM = 0.1                 # share of offsets left out at each end (a boundary the host was late for)
 
 
