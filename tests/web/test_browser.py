@@ -129,6 +129,8 @@ def test_case_page_draws_every_sample(page, server_url, web_db, tmp_path):
     page.wait_for_selector("section[data-section='Kernel breakdown']")
     kernels = page.locator("section[data-section='Kernel breakdown'] tbody tr")
     assert kernels.count() == 2 and kernels.nth(1).locator("td").first.inner_text() == "<b>kernel</b>"
+    facts = page.locator("section[data-section='Kernel breakdown'] dl.kv").inner_text()
+    assert "worker's launch gap µs\n1.10" in facts                     # (three significant figures)
     readings = page.locator("section[data-section='Telemetry'] table").first.inner_text()
     assert "sm_clock_mhz" in readings and "1,980" in readings and "power_w" in readings
 

@@ -77,7 +77,8 @@
     const p = m.profile;
     if (p && p.kernels) {
       out.push(section("Kernel breakdown", kv([["calls traced", p.calls], ["span µs (median)", p.span_us_median],
-          ["busy µs (median)", p.busy_us_median], ["host gaps included", p.host_gaps_included]]),
+          ["busy µs (median)", p.busy_us_median], ["host gaps included", p.host_gaps_included],
+          ["worker's launch gap µs", (m.timing || {}).launch_gap_us]]),
         table([["kernel", "name"], ["per call", "count_per_call"], ["µs per call", "device_us_per_call"],
                ["µs median", "device_us_median"], ["grid", "grid"], ["block", "block"],
                ["regs/thread", "registers_per_thread"], ["smem B", "shared_memory_bytes"]], p.kernels)));
