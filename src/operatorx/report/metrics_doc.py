@@ -43,12 +43,14 @@ with. They differ by the GPU's idle gaps between the call's kernels (about 1.3 �
 an H200 in eager mode). Tables show busy and gaps beside the span where they differ by more than
 3%; `--report busy` makes busy time the headline (and the rates follow it).
 
-**Comparing runs.** The gaps are not the op's alone: their level is set when a process builds its
-timer and holds for that process's life. On the H200 it comes in steps of about 0.12 µs per kernel
-boundary (a 10-kernel dynamic-quant FP8 call: 8.2 or 9.4 µs of gaps from one process to the next,
-2-4% of a 40 µs span), whatever the flush, the graph or ASLR (docs/benchmarks.md §17). Two
-timings by the same worker agree within 1% (p95 0.6-0.8% over the accuracy set); between two
-runs, compare multi-kernel calls by busy time, which carries no such level.
+**Comparing runs.** The gaps are not the op's alone: their level belongs to the process and holds
+for its life. On the H200 it differs from one process to the next by up to ~0.14 µs per kernel
+boundary (a 10-kernel dynamic-quant FP8 call: 8.2 or 9.4 µs of gaps, 2-4% of a 40 µs span),
+whatever the flush, the stream, where the tensors lie, ASLR or a second timer (docs/benchmarks.md
+§17, §21). Each worker reads its level when it starts (`launch_gap_us` below) and `results compare`
+flags a multi-kernel case timed at two levels. Two timings by the same worker agree within 1% (p95
+0.6-0.8% over the accuracy set); between two runs, compare multi-kernel calls by busy time, which
+carries no such level.
 """
 
 _SECTIONS: tuple[tuple[str, str, type[BaseModel]], ...] = (
