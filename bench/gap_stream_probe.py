@@ -97,7 +97,13 @@ def main() -> None:
     ap.add_argument("--pads-mib", default="37,74,150")
     ap.add_argument("--plan-l2", default="cold_clean", help="L2 states each --plan token is timed in")
     ap.add_argument("--plan", default="", help="one measurement per token, on that stream, kernel by kernel")
+    ap.add_argument("--cupti-first", action="store_true",
+                    help="start CUPTI on a thread before torch's import, as a sweep worker does")
     args = ap.parse_args()
+    if args.cupti_first:
+        from operatorx.measure.activity import open_in_background
+
+        open_in_background()
     import torch
     from timing_accuracy import cases
 
