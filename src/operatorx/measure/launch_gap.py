@@ -1,8 +1,8 @@
 """The GPU's launch gap in this process: idle device time between two dependent kernels of one stream.
 
 A multi-kernel call's span is its kernels plus the gaps between them. On the H200 that gap is not a
-constant of the card: each process keeps one level for its life, and the level differs from one
-process to the next by up to ~0.14 µs a kernel boundary (eager dynamic-quant FP8 decode GEMMs: 0.93-1.0
+constant of the card: each process keeps one level for its life, and the level can differ from one
+process to the next by 0.1-0.2 µs a kernel boundary (eager dynamic-quant FP8 decode GEMMs: 0.93-1.0
 µs in some processes, 1.06-1.15 in others), whatever the process's stream, L2 state, operand placement
 or module loading (benchmarks §17, §21). A ten-kernel call's span therefore moves by up to ~1.3 µs
 (3-4%) from one process to the next while its busy time does not. Nothing in the process chooses the

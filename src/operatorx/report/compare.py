@@ -58,7 +58,7 @@ __all__ = ["CaseComparison", "Comparison", "Verdict", "compare_documents", "comp
 Verdict = Literal["faster", "slower", "same", "ambiguous", "missing"]
 _DIRECT_PAIRS = 20_000        # up to this many pairwise differences: form them; beyond: bisection
 LAUNCH_GAP_STEP_US = 0.08     # two workers' launch-gap levels differ when further apart than this: on the H200
-                              # one process's readings spread up to ~0.06 µs, processes up to ~0.14 (§21)
+                              # one process's readings spread up to ~0.06 µs, two levels lie 0.1-0.2 apart (§21)
 
 
 @dataclass(frozen=True)

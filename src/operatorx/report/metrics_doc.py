@@ -44,7 +44,7 @@ an H200 in eager mode). Tables show busy and gaps beside the span where they dif
 3%; `--report busy` makes busy time the headline (and the rates follow it).
 
 **Comparing runs.** The gaps are not the op's alone: their level belongs to the process and holds
-for its life. On the H200 it differs from one process to the next by up to ~0.14 µs per kernel
+for its life. On the H200 it can differ from one process to the next by 0.1-0.2 µs per kernel
 boundary (a 10-kernel dynamic-quant FP8 call: 8.2 or 9.4 µs of gaps, 2-4% of a 40 µs span),
 whatever the flush, the stream, where the tensors lie, ASLR or a second timer (docs/benchmarks.md
 §17, §21). Each worker reads its level when it starts (`launch_gap_us` below) and `results compare`
