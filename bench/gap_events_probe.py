@@ -13,6 +13,8 @@ events: a chain of 64 one-element adds (µs a kernel, gap included), and the nam
 (their span, warm L2). The CUPTI modes also print the launch-gap probe (measure/launch_gap.py).
 
     python bench/gap_events_probe.py --mode none|after|first [--cases fp8_0,fp8_15] [--reps 40]
+    python bench/gap_events_probe.py --mode after --toggle 3   # one process, CUPTI's recording paused and
+        # resumed in turn (activity_paused): the same readings with and without it, at one level
 
 Run each mode in several fresh processes, interleaved: the level is fixed per process (§21).
 """
@@ -47,11 +49,22 @@ def _events_us(fn: Callable[[], Any], reps: int, per: int = 1) -> tuple[float, f
     return statistics.median(out), min(out)
 
 
+def _readings(chain: Callable[[], Any], prepared: dict[str, Any], reps: int) -> str:
+    """The chain's µs a kernel and each case's span, events only, as one line's text."""
+    med, low = _events_us(chain, reps, _CHAIN)
+    out = f"  chain µs/kernel median {med:.3f} min {low:.3f}"
+    for name, p in prepared.items():
+        med, low = _events_us(p.fn, reps)
+        out += f"  {name} median {med:.2f} min {low:.2f}"
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mode", choices=("none", "after", "first"), required=True)
     ap.add_argument("--cases", default="fp8_0,fp8_15")
     ap.add_argument("--reps", type=int, default=40)
+    ap.add_argument("--toggle", type=int, default=0, help="rounds of on/off readings in this process")
     args = ap.parse_args()
     if args.mode == "first":
         from operatorx.measure.activity import open_in_background
@@ -83,6 +96,19 @@ def main() -> None:
         p.fn()
     torch.cuda._sleep(2_000_000_000)          # the clocks up before the first reading
     torch.cuda.synchronize()
+    if args.toggle:
+        from operatorx.measure.activity import activity_paused
+
+        for r in range(args.toggle):
+            for state in ("on", "off"):
+                line = f"round {r} cupti {state:3s}"
+                if state == "off":
+                    with activity_paused():
+                        line += _readings(chain, prepared, args.reps)
+                else:
+                    line += _readings(chain, prepared, args.reps)
+                print(line, flush=True)
+        return
     med, low = _events_us(chain, args.reps, _CHAIN)
     line = f"mode {args.mode:5s}  chain µs/kernel median {med:.3f} min {low:.3f}"
     if args.mode != "none":
