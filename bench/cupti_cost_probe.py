@@ -14,6 +14,9 @@ paused in turn:
   cost (+0.17-0.25 µs a kernel with the default tracing, benchmarks §22).
 
     python bench/cupti_cost_probe.py [--hw-trace]
+    python bench/cupti_cost_probe.py --flush-study   # the first launch after CUPTI's flush, by flush flag
+        # (1 forced, 0 completed buffers only) and activity-buffer size; and whether flag 0 after a
+        # synchronize hands back every kernel record
 """
 
 from __future__ import annotations
@@ -72,9 +75,38 @@ def _chain_us(reps: int = 30, kernels: int = 64) -> float:
     return statistics.median(out)
 
 
+def _flush_study(session: Any) -> None:
+    """First-launch µs after a synchronize and a flush, by flag and buffer size; records kept by flag 0."""
+    import torch
+
+    from operatorx.measure import activity
+
+    session._recording = True
+    for flag in (1, 0):
+        for size_kib in (8192, 1024, 256, 64):
+            activity._BUFFER_BYTES = size_kib << 10       # read by the buffer-request callback at each request
+            session._take()
+            torch.cuda._sleep(1)
+            torch.cuda.synchronize()
+            us = _first_launch_us(lambda: session._cupti.activity_flush_all(flag))
+            launched = 200
+            session._take()
+            for _ in range(launched):
+                torch.cuda._sleep(1)
+            torch.cuda.synchronize()
+            session._cupti.activity_flush_all(flag)
+            with session._lock:
+                kept = sum(1 for a, _ in session._device if a.name.endswith("spin_kernel(long)") or "spin" in a.name)
+                apis = len(session._launch_at)
+            print(f"flush flag {flag}  buffer {size_kib:5d} KiB  first launch after sync+flush {us:7.1f} µs  "
+                  f"records after {launched} launches + sync + flush: kernels {kept}, launch API {apis}", flush=True)
+            session._take()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hw-trace", action="store_true")
+    ap.add_argument("--flush-study", action="store_true")
     args = ap.parse_args()
     import torch
 
@@ -103,6 +135,9 @@ def main() -> None:
     torch.nn.functional.linear(x, w)
     torch.cuda._sleep(2_000_000_000)
     torch.cuda.synchronize()
+    if args.flush_study:
+        _flush_study(session)
+        return
     for state in ("on", "off", "on", "off"):
         if state == "off":
             session.pause()
