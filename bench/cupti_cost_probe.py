@@ -24,7 +24,8 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 def _host_us(fn: Callable[[], Any], n: int, sync_every: int = 50) -> float:
@@ -88,7 +89,7 @@ def _flush_study(session: Any) -> None:
             session._take()
             torch.cuda._sleep(1)
             torch.cuda.synchronize()
-            us = _first_launch_us(lambda: session._cupti.activity_flush_all(flag))
+            us = _first_launch_us(lambda f=flag: session._cupti.activity_flush_all(f))
             launched = 200
             session._take()
             for _ in range(launched):

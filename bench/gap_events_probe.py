@@ -25,7 +25,8 @@ import argparse
 import os
 import statistics
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
 

@@ -88,6 +88,8 @@ class FakeCupti:
         self.pending: list[object] = []
         self.enabled: set[int] = set()
         self.callbacks = None
+        self.flags: list[int] = []
+        self.held: list[object] = []        # records a quick flush (flag 0) does not hand back yet
 
     def get_timestamp(self) -> int:
         self.t += 10
@@ -111,7 +113,10 @@ class FakeCupti:
         self.enabled.discard(int(kind))
 
     def activity_flush_all(self, flag: int) -> None:
+        self.flags.append(flag)
         out, self.pending = self.pending, []
+        if flag:
+            out, self.held = out + self.held, []
         assert self.callbacks is not None
         self.callbacks[1](out)
 
@@ -250,6 +255,59 @@ def test_an_incomplete_or_odd_record_is_skipped_and_counted_not_timed(fake):
     batch = session.batch(call, 3, None, spin_cycles=0)
     assert batch.records_dropped == 2
     assert [[a.name for a in c.activities] for c in batch.calls] == [["k"], ["k"], ["k"]]
+
+
+def test_a_batch_takes_its_records_with_the_quick_flush_when_nothing_is_missing(fake):
+    session = activity.activity_session()
+    session.discard()                                      # a measurement's start: the forced flush
+    fake.flags.clear()
+    batch = session.batch(lambda: fake.launch("k", 1_000), 3, None, spin_cycles=0)
+    assert fake.flags == [0] and not batch.forced_flush
+    assert [[a.name for a in c.activities] for c in batch.calls] == [["k"]] * 3
+
+
+def test_a_kernel_record_the_quick_flush_left_behind_is_fetched_by_the_forced_one(fake):
+    session = activity.activity_session()
+    calls = iter(range(3))
+
+    def call() -> None:
+        fake.launch("a", 1_000)
+        fake.launch("b", 2_000)
+        if next(calls) == 1:                               # this call's second kernel record is late
+            fake.held.append(fake.pending.pop())
+
+    batch = session.batch(call, 3, None, spin_cycles=0)
+    assert fake.flags[-2:] == [0, 1] and batch.forced_flush
+    assert [[a.name for a in c.activities] for c in batch.calls] == [["a", "b"]] * 3
+    assert [c.span_ns for c in batch.calls] == [4_000] * 3
+
+
+def test_a_launch_record_left_behind_also_forces_the_flush(fake):
+    session = activity.activity_session()
+
+    def call() -> None:
+        fake.launch("a", 1_000)
+        fake.held.append(fake.pending.pop(-2))             # the launch's API record is late
+
+    batch = session.batch(call, 1, None, spin_cycles=0)
+    assert batch.forced_flush and batch.unattributed == 0
+    assert [[a.name for a in c.activities] for c in batch.calls] == [["a"]]
+
+
+def test_without_the_api_filter_every_batch_flushes_forced(fake, monkeypatch):
+    monkeypatch.setenv(activity.API_ENV, "all")
+    session = activity.activity_session()
+    fake.flags.clear()
+    batch = session.batch(lambda: fake.launch("k", 1_000), 2, None, spin_cycles=0)
+    assert fake.flags == [1] and batch.forced_flush
+
+
+def test_records_complete_pairs_launches_and_device_records_by_correlation_id():
+    act = activity.Activity("k", 0, 1, 7)
+    assert activity.records_complete([(act, 7)], {7: (0, 1)})
+    assert not activity.records_complete([(act, 7)], {7: (0, 1), 8: (2, 3)})
+    assert not activity.records_complete([(act, 7), (act, 9)], {7: (0, 1)})
+    assert activity.records_complete([], {})
 
 
 def test_records_outside_a_batch_are_not_decoded(fake):

@@ -40,7 +40,8 @@ from operatorx.measure.trace import (
 )
 
 __all__ = ["ACTIVITY_ENV", "API_ENV", "ActivitySession", "CuptiSession", "KinetoSession", "activity_paused",
-           "activity_session", "fallback_reason", "launches_device_work", "open_in_background", "use_kineto"]
+           "activity_session", "fallback_reason", "launches_device_work", "open_in_background", "records_complete",
+           "use_kineto"]
 
 ACTIVITY_ENV = "OPERATORX_ACTIVITY"
 """`kineto` forces one torch.profiler session per batch; `cupti` requires cupti-python (an error if
@@ -49,9 +50,22 @@ missing); unset: cupti-python when it starts, else Kineto."""
 API_ENV = "OPERATORX_CUPTI_API"
 """`all` records every runtime and driver API call; unset or `launches`: only those that launch device work."""
 
-_BUFFER_BYTES = 8 << 20
+_BUFFER_BYTES = 256 << 10
+"""Size of each activity buffer CUPTI asks for. CUPTI asks for a fresh buffer at the first record after
+a flush, inside the launch that makes it, and that request costs in proportion to the size: on the
+H200 the first launch after a synchronize and a forced flush took 560 µs with 8 MiB buffers and
+200 µs with 256 KiB; after a quick flush (flag 0) 373-388 µs and 23-30 µs (`bench/cupti_cost_probe.py
+--flush-study`, benchmarks §22). Every batch made one such launch (its GPU wait). A batch with more
+records than one buffer holds (~1,000) gets more buffers as it goes."""
 _LAUNCH_WORDS = ("Launch", "Memcpy", "Memset")
 _NOT_CALLS = ("INVALID", "SIZE", "FORCE_INT")      # the callback-id enums' bounds, not API calls
+
+
+def records_complete(device: list[tuple[Activity, int]], launch_at: dict[int, tuple[int, int]]) -> bool:
+    """Whether every launch record has a device record and every device record its launch, by
+    correlation id (only launching API calls recorded: CuptiSession.api_filter)."""
+    device_ids = {corr for _, corr in device}
+    return device_ids == launch_at.keys()
 
 
 def launches_device_work(cbid_name: str) -> bool:
@@ -236,12 +250,30 @@ class CuptiSession:
             self._launch_at.update(launch_at)
             self.records_dropped += dropped
 
-    def _take(self) -> tuple[list[tuple[Activity, int]], dict[int, tuple[int, int]], int]:
-        self._cupti.activity_flush_all(1)
+    def _take(self, forced: bool = True) -> tuple[list[tuple[Activity, int]], dict[int, tuple[int, int]], int]:
+        """What CUPTI has recorded since the last take. `forced`: CUPTI's forced flush (flag 1), which
+        hands back every buffer, records not yet complete included; else the quick one (flag 0), which
+        hands back buffers of completed records only and leaves the next launch ~0.2 ms cheaper (see
+        `_BUFFER_BYTES`); `_take_batch` checks that it missed nothing."""
+        self._cupti.activity_flush_all(1 if forced else 0)
         with self._lock:
             device, launch_at, dropped = self._device, self._launch_at, self.records_dropped
             self._device, self._launch_at, self.records_dropped = [], {}, 0
         return device, launch_at, dropped
+
+    def _take_batch(self) -> tuple[list[tuple[Activity, int]], dict[int, tuple[int, int]], int, bool]:
+        """A batch's records after its synchronize: the quick flush, then the forced one only where the
+        quick one left a launch without its device record or a device record without its launch (a
+        call would lose a kernel from its span, or a kernel its call). On the H200 the quick flush after
+        a synchronize handed back every record (200 of 200 launches, benchmarks §22). Where CUPTI
+        records every API call (no filter), calls that launch nothing have no device record, so the
+        check cannot hold: the forced flush then runs every time. The last item: whether it ran."""
+        device, launch_at, dropped = self._take(forced=not self.api_filter)
+        if not self.api_filter or records_complete(device, launch_at):
+            return device, launch_at, dropped, not self.api_filter
+        more_device, more_launch_at, more_dropped = self._take(forced=True)
+        launch_at.update(more_launch_at)
+        return device + more_device, launch_at, dropped + more_dropped, True
 
     def _resume(self) -> None:
         if not self._on:
@@ -327,7 +359,7 @@ class CuptiSession:
                                         pause_s, pause_spin_cycles, released)
             t_host_end = now()
             torch.cuda.synchronize()
-            device, launch_at, dropped = self._take()
+            device, launch_at, dropped, forced = self._take_batch()
         finally:
             self._recording = False
         launches = [(act, launch_at.get(corr)) for act, corr in device]
@@ -339,7 +371,8 @@ class CuptiSession:
         last_end = max((act.end_ns for act, _ in mine), default=None)
         return TraceBatch(calls=calls, harness_activities=harness, unattributed=unattributed,
                           enqueue_s_per_call=enqueue_s, source=self.name, records_dropped=dropped,
-                          queue_left_ns=last_end - t_host_end if last_end is not None else None)
+                          queue_left_ns=last_end - t_host_end if last_end is not None else None,
+                          forced_flush=forced)
 
 
 _session: Optional[ActivitySession] = None

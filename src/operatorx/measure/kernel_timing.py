@@ -252,7 +252,7 @@ class KernelTiming:
             host_release()                  # built (Triton's compile) before the timed window, if not yet
         session.discard()                   # the warmup's records are not the first batch's
         spin_gpu_s = batches_s = 0.0
-        records_dropped = 0
+        records_dropped = forced_flushes = 0
         wall0 = time.perf_counter()
         reason = None
         batch = None
@@ -287,6 +287,7 @@ class KernelTiming:
             batches += 1
             unattributed += batch.unattributed
             records_dropped += batch.records_dropped
+            forced_flushes += batch.forced_flush
             with_work = [c for c in batch.calls if c.activities]
             kept = with_work if gaps_included else [c for c in with_work if not c.starved]
             all_starved_streak = all_starved_streak + 1 if with_work and not kept else 0
@@ -350,7 +351,8 @@ class KernelTiming:
                    "gap_before_call_us_median": float(np.median(gaps_ns)) / 1e3 if gaps_ns else None,
                    "graph": self.graph, "host_gaps_included": gaps_included,
                    "starved_calls_kept": starved_kept, "late_launch_calls_kept": late_kept, "window_start_s": wall0,
-                   "activity_records_dropped": records_dropped, "queue_overflow_batches": overflowed_batches,
+                   "activity_records_dropped": records_dropped,
+                   "activity_forced_flushes": forced_flushes, "queue_overflow_batches": overflowed_batches,
                    "queue_max_calls": max_calls,
                    "phases": {"warmup_s": warm_s, "batches_s": batches_s, "spin_gpu_s": spin_gpu_s,
                               "loop_s": time.perf_counter() - wall0}}

@@ -126,6 +126,9 @@ class TraceBatch:
     """GPU time still queued when the host had enqueued the batch's last call: the last device
     activity's end minus the host's end of the loop, in the records' clock (CUPTI source). The
     spin ahead of the next batch is sized from it (measure/kernel_timing.py)."""
+    forced_flush: bool = False
+    """CUPTI source: the batch's records needed CUPTI's forced flush (the quick one left a launch
+    without its kernel, or CUPTI records every API call); measure/activity.py `_take_batch`."""
 
 
 def attribute_launches(ranges: Sequence[HostRange], device: Sequence[tuple[Activity, Optional[int]]],
