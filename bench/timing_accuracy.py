@@ -188,14 +188,8 @@ def cupti_reference(out: Path) -> None:
             windows.append((t0, t1))
         records.clear()
         cupti.activity_flush_all(1)
-        launches = [(r[2], r[1]) for r in records if int(r[0]) in api_kinds]
-        device = {}
-        for kind, corr, start, end in records:
-            if int(kind) in device_kinds:
-                device.setdefault(corr, []).append((start, end))
         spans, busys = [], []
-        for t0, t1 in windows:
-            mine = [iv for at, corr in launches if t0 <= at <= t1 for iv in device.get(corr, [])]
+        for mine in _window_intervals(records, windows, api_kinds, device_kinds):
             if mine:
                 spans.append((max(e for _, e in mine) - min(s for s, _ in mine)) / 1e3)
                 busys.append(_union_ns(mine) / 1e3)
@@ -232,14 +226,22 @@ def _reference_launch_gap(records: list[Any], launch_kinds: set[int], device_kin
         torch.cuda.synchronize()
         windows.append((t0, t1))
     cupti.activity_flush_all(1)
+    calls = _window_intervals(records, windows, launch_kinds, device_kinds)
+    offsets = chain_offsets_ns([c for c in calls if len(c) > 1])
+    return trimmed_mean(offsets) / 1e3 if offsets else None
+
+
+def _window_intervals(records: list[Any], windows: list[tuple[int, int]], launch_kinds: set[int],
+                      device_kinds: set[int]) -> list[list[tuple[int, int]]]:
+    """For each host window (t0, t1), the (start, end) of every device record whose launch API call
+    began inside it, tied by correlation id: the reference's own attribution, kept apart from
+    measure/trace.py's so the two stay independent."""
     launches = [(r[2], r[1]) for r in records if int(r[0]) in launch_kinds]
     device: dict[Any, list[tuple[int, int]]] = {}
     for kind, corr, start, end in records:
         if int(kind) in device_kinds:
             device.setdefault(corr, []).append((start, end))
-    calls = [[iv for at, corr in launches if t0 <= at <= t1 for iv in device.get(corr, [])] for t0, t1 in windows]
-    offsets = chain_offsets_ns([c for c in calls if len(c) > 1])
-    return trimmed_mean(offsets) / 1e3 if offsets else None
+    return [[iv for at, corr in launches if t0 <= at <= t1 for iv in device.get(corr, [])] for t0, t1 in windows]
 
 
 def _union_ns(intervals: list[tuple[int, int]]) -> int:
