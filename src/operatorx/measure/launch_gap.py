@@ -5,8 +5,11 @@ constant of the card: each process keeps one level for its life, and the level c
 process to the next by 0.1-0.2 µs a kernel boundary (eager dynamic-quant FP8 decode GEMMs: 0.93-1.0
 µs in some processes, 1.06-1.15 in others), whatever the process's stream, L2 state, operand placement
 or module loading (benchmarks §17, §21). A ten-kernel call's span therefore moves by up to ~1.3 µs
-(3-4%) from one process to the next while its busy time does not. Nothing in the process chooses the
-level, so it is measured as a condition of the worker, like its clocks: every row carries its
+(3-4%) from one process to the next while its busy time does not. The level is the GPU's, not the
+profiler's: processes timed with CUDA events only, no CUPTI at all, showed it too (a chain of adds at
+1.56-1.60 or 1.76-1.79 µs a kernel, benchmarks §22), and neither CUPTI's start order nor pinning the
+process chose it. Nothing in the process chooses the level, so it is measured as a condition of the
+worker, like its clocks: every row carries its
 worker's reading, and comparisons can tell a span that moved with it from one that moved with the op.
 
 The probe: a chain of tiny dependent kernels (one-element adds), queued behind a GPU wait so the host
