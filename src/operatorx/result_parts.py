@@ -149,8 +149,8 @@ class TimingInfo(OpenPart):
     launch_gap_us: Optional[float] = doc(
         "the worker's launch-gap level: idle GPU time between two dependent kernels of one stream, read once "
         "at the worker's start (measure/launch_gap.py; `kernels` mode). On the H200 a process keeps one level "
-        "for its life and processes can differ by 0.1-0.2 µs (benchmarks §21): a multi-kernel call's span "
-        "carries it at each kernel boundary, its busy time does not. `results compare` flags a case whose "
+        "for its life and processes can differ by 0.1-0.2 µs (benchmarks §21; processes with no profiler "
+        "too, §22): a multi-kernel call's span carries it at each kernel boundary, its busy time does not. `results compare` flags a case whose "
         "two rows differ in it",
         "µs")
     contention_signal: Optional[str] = doc(
