@@ -8,7 +8,7 @@ paused in turn:
 - host µs of one small bf16 `F.linear` (16x4096x4096), of one CUDA-graph replay, of one
   `torch.cuda._sleep` launch;
 - host µs of the first launch after a synchronize, and after a synchronize and CUPTI's forced flush
-  (what every batch does: `CuptiSession._take`);
+  (what every batch did until benchmarks §22; it now takes the quick flush, `CuptiSession._attributed`);
 - with `--hw-trace`, the same with CUPTI's hardware tracing asked for (`activity_enable_hw_trace`),
   and the GPU time of a chain of 64 one-element adds (events), to see whether it lowers the GPU-side
   cost (+0.17-0.25 µs a kernel with the default tracing, benchmarks §22).
@@ -86,12 +86,12 @@ def _flush_study(session: Any) -> None:
     for flag in (1, 0):
         for size_kib in (8192, 1024, 256, 64):
             activity._BUFFER_BYTES = size_kib << 10       # read by the buffer-request callback at each request
-            session._take()
+            session._take(forced=True)
             torch.cuda._sleep(1)
             torch.cuda.synchronize()
             us = _first_launch_us(lambda f=flag: session._cupti.activity_flush_all(f))
             launched = 200
-            session._take()
+            session._take(forced=True)
             for _ in range(launched):
                 torch.cuda._sleep(1)
             torch.cuda.synchronize()
@@ -101,7 +101,7 @@ def _flush_study(session: Any) -> None:
                 apis = len(session._launch_at)
             print(f"flush flag {flag}  buffer {size_kib:5d} KiB  first launch after sync+flush {us:7.1f} µs  "
                   f"records after {launched} launches + sync + flush: kernels {kept}, launch API {apis}", flush=True)
-            session._take()
+            session._take(forced=True)
 
 
 def main() -> None:
@@ -151,9 +151,9 @@ def main() -> None:
         line += f"  sleep launch {_host_us(lambda: torch.cuda._sleep(1), 300):6.1f}"
         line += f"  first launch after sync {_first_launch_us(lambda: None):7.1f}"
         if state == "on":
-            line += f"  after sync+flush {_first_launch_us(session._take):7.1f}"
+            line += f"  after sync+flush {_first_launch_us(lambda: session._take(forced=True)):7.1f}"
         line += f"  chain GPU µs/kernel {_chain_us():.3f}"
-        session._take() if state == "on" else None
+        session._take(forced=True) if state == "on" else None
         print(line, flush=True)
 
 

@@ -110,10 +110,11 @@ class TimingInfo(OpenPart):
     phases: Optional[TimingPhases] = doc("where the kept attempt's seconds went")
     activity_records_dropped: Optional[int] = doc("device records CUPTI delivered incomplete or undecodable: a "
                                                   "call may have lost a kernel from its span", "count")
-    activity_forced_flushes: Optional[int] = doc("batches whose records needed CUPTI's forced flush (the quick "
-                                                 "flush after the batch's synchronize left a launch without its "
-                                                 "kernel record; every batch where CUPTI records all API calls): "
-                                                 "each makes the next launch ~0.2 ms slower, nothing else",
+    activity_forced_flushes: Optional[int] = doc("batches whose records were taken with CUPTI's forced flush: "
+                                                 "the quick flush after the batch's synchronize left a launch and "
+                                                 "its device records unpaired, or a call with fewer device records "
+                                                 "than the batch's others; or CUPTI records every API call. Each "
+                                                 "costs the next launch ~0.2 ms, nothing else",
                                                  "batches")
     starved_calls_dropped: Optional[int] = doc("calls the host left waiting (their span would count host time): "
                                                "dropped", "calls")
@@ -150,8 +151,8 @@ class TimingInfo(OpenPart):
         "the worker's launch-gap level: idle GPU time between two dependent kernels of one stream, read once "
         "at the worker's start (measure/launch_gap.py; `kernels` mode). On the H200 a process keeps one level "
         "for its life and processes can differ by 0.1-0.2 µs (benchmarks §21; processes with no profiler "
-        "too, §22): a multi-kernel call's span carries it at each kernel boundary, its busy time does not. `results compare` flags a case whose "
-        "two rows differ in it",
+        "too, §22): a multi-kernel call's span carries it at each kernel boundary, its busy time does not. "
+        "`results compare` flags a case whose two rows differ in it",
         "µs")
     contention_signal: Optional[str] = doc(
         "host clock (CPU device): how a sample that lost the CPU is told (measure/cpu_contention.py): "

@@ -17,6 +17,7 @@ import pytest
 
 from operatorx.measure import activity
 from operatorx.measure.kernels import kernel_breakdown
+from operatorx.measure.trace import CallTrace
 
 
 class Kind(enum.IntEnum):
@@ -294,12 +295,62 @@ def test_a_launch_record_left_behind_also_forces_the_flush(fake):
     assert [[a.name for a in c.activities] for c in batch.calls] == [["a"]]
 
 
+def test_a_graph_replay_that_came_back_short_is_fetched_by_the_forced_flush(fake):
+    """A graph replay's kernels share its launch's correlation id, so a held-back kernel leaves
+    no unpaired id: the call's count, short of the others', shows it."""
+    session = activity.activity_session()
+    calls = iter(range(3))
+
+    def replay() -> None:
+        fake.launch("g1", 1_000)
+        corr = fake.corr
+        for name in ("g2", "g3"):
+            fake.pending.append(Kernel(name, corr, fake.gpu_t, fake.gpu_t + 1_000))
+            fake.gpu_t += 2_000
+        if next(calls) == 2:                               # the last replay's last kernel record is late
+            fake.held.append(fake.pending.pop())
+
+    batch = session.batch(replay, 3, None, spin_cycles=0)
+    assert batch.forced_flush and fake.flags[-2:] == [0, 1]
+    assert [[a.name for a in c.activities] for c in batch.calls] == [["g1", "g2", "g3"]] * 3
+
+
+def test_a_launch_held_back_with_its_kernel_is_fetched_by_the_forced_flush(fake):
+    session = activity.activity_session()
+    calls = iter(range(3))
+
+    def call() -> None:
+        fake.launch("a", 1_000)
+        if next(calls) == 2:                               # the last call's records, both of them, are late
+            fake.held += fake.pending[-2:]
+            del fake.pending[-2:]
+
+    batch = session.batch(call, 3, None, spin_cycles=0)
+    assert batch.forced_flush
+    assert [[a.name for a in c.activities] for c in batch.calls] == [["a"]] * 3
+
+
+def test_discard_and_pause_flush_forced(fake):
+    session = activity.activity_session()
+    fake.flags.clear()
+    session.discard()
+    session.pause()
+    assert fake.flags == [1, 1]
+
+
 def test_without_the_api_filter_every_batch_flushes_forced(fake, monkeypatch):
     monkeypatch.setenv(activity.API_ENV, "all")
     session = activity.activity_session()
     fake.flags.clear()
     batch = session.batch(lambda: fake.launch("k", 1_000), 2, None, spin_cycles=0)
     assert fake.flags == [1] and batch.forced_flush
+
+
+def test_calls_even_means_every_call_has_as_many_device_records():
+    act = activity.Activity("k", 0, 1, 7)
+    assert activity.calls_even([CallTrace([act, act]), CallTrace([act, act])])
+    assert not activity.calls_even([CallTrace([act, act]), CallTrace([act])])
+    assert activity.calls_even([]) and activity.calls_even([CallTrace()])
 
 
 def test_records_complete_pairs_launches_and_device_records_by_correlation_id():

@@ -66,6 +66,21 @@ def test_steady_calls_stop_on_the_noise_target_after_one_batch(scripted):
     m = _timer().measure(lambda: None)
     assert m.stop_reason == "noise_target" and m.latency_us == 10.0 and seen == [32]
     assert m.details["window_start_s"] >= t0 and m.details["starved_calls_dropped"] == 0
+    assert m.details["activity_forced_flushes"] == 0
+
+
+def test_batches_that_needed_the_forced_flush_are_counted(scripted, monkeypatch):
+    scripted(lambda b, n: [_call(10_000) for _ in range(n)])
+    scripted_batch = kt.trace_batch
+
+    def forced(*args, **kwargs):
+        import dataclasses
+
+        return dataclasses.replace(scripted_batch(*args, **kwargs), forced_flush=True)
+
+    monkeypatch.setattr(kt, "trace_batch", forced)
+    m = _timer().measure(lambda: None)
+    assert m.details["batches"] == 1 and m.details["activity_forced_flushes"] == 1
 
 
 def test_starved_calls_are_dropped_counted_and_grow_the_spin(scripted):

@@ -25,12 +25,13 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Optional, Protocol
 
 from operatorx.measure.trace import (
     Activity,
+    CallTrace,
     HostRange,
     LaunchShape,
     TraceBatch,
@@ -40,8 +41,8 @@ from operatorx.measure.trace import (
 )
 
 __all__ = ["ACTIVITY_ENV", "API_ENV", "ActivitySession", "CuptiSession", "KinetoSession", "activity_paused",
-           "activity_session", "fallback_reason", "launches_device_work", "open_in_background", "records_complete",
-           "use_kineto"]
+           "activity_session", "calls_even", "fallback_reason", "launches_device_work", "open_in_background",
+           "records_complete", "use_kineto"]
 
 ACTIVITY_ENV = "OPERATORX_ACTIVITY"
 """`kineto` forces one torch.profiler session per batch; `cupti` requires cupti-python (an error if
@@ -50,22 +51,43 @@ missing); unset: cupti-python when it starts, else Kineto."""
 API_ENV = "OPERATORX_CUPTI_API"
 """`all` records every runtime and driver API call; unset or `launches`: only those that launch device work."""
 
-_BUFFER_BYTES = 256 << 10
+_BUFFER_BYTES = 1 << 20
 """Size of each activity buffer CUPTI asks for. CUPTI asks for a fresh buffer at the first record after
-a flush, inside the launch that makes it, and that request costs in proportion to the size: on the
-H200 the first launch after a synchronize and a forced flush took 560 µs with 8 MiB buffers and
-200 µs with 256 KiB; after a quick flush (flag 0) 373-388 µs and 23-30 µs (`bench/cupti_cost_probe.py
---flush-study`, benchmarks §22). Every batch made one such launch (its GPU wait). A batch with more
-records than one buffer holds (~1,000) gets more buffers as it goes."""
+a flush, inside the launch that makes it, and that request costs more the larger the buffer: on the
+H200 the first launch after a synchronize and a quick flush (flag 0) took 373-388 µs with 8 MiB
+buffers, 40-47 µs with 1 MiB and 23-30 µs with 256 KiB; after the forced flush 560, 250 and 210 µs
+(`bench/cupti_cost_probe.py --flush-study`, benchmarks §22). Every batch makes one such launch (its
+GPU wait). 1 MiB holds ~4,000 records: a batch that fills a buffer has it handed back, and decoded in
+Python, while the host is still launching, which the smaller size would do to batches of a few
+hundred calls of a ten-kernel op."""
 _LAUNCH_WORDS = ("Launch", "Memcpy", "Memset")
 _NOT_CALLS = ("INVALID", "SIZE", "FORCE_INT")      # the callback-id enums' bounds, not API calls
 
 
-def records_complete(device: list[tuple[Activity, int]], launch_at: dict[int, tuple[int, int]]) -> bool:
+def records_complete(device: Sequence[tuple[Activity, int]], launch_at: Mapping[int, tuple[int, int]]) -> bool:
     """Whether every launch record has a device record and every device record its launch, by
     correlation id (only launching API calls recorded: CuptiSession.api_filter)."""
     device_ids = {corr for _, corr in device}
     return device_ids == launch_at.keys()
+
+
+def calls_even(calls: Sequence[CallTrace]) -> bool:
+    """Whether every call of a batch holds as many device records as the others (they all ran the
+    same op): a call short of the rest lost records to a flush that came too early."""
+    return len({len(c.activities) for c in calls}) <= 1
+
+
+def _attribute(device: list[tuple[Activity, int]], launch_at: dict[int, tuple[int, int]],
+               ranges: list[HostRange], t_begin: int) -> tuple[list[CallTrace], int, int, Optional[int]]:
+    """(calls, harness count, unattributed count, last device end) of a batch's records: each device
+    record goes to the call whose host range its launch lies in; work launched before the batch
+    began (an earlier case's tail) is not the batch's."""
+    launches = [(act, launch_at.get(corr)) for act, corr in device]
+    launches = [(act, api) for act, api in launches if api is None or api[0] >= t_begin]
+    mine = [(act, api[0] if api is not None else None) for act, api in launches]
+    calls, harness, unattributed = attribute_launches(ranges, mine,
+                                                      [api[1] if api is not None else None for _, api in launches])
+    return calls, harness, unattributed, max((act.end_ns for act, _ in mine), default=None)
 
 
 def launches_device_work(cbid_name: str) -> bool:
@@ -250,30 +272,45 @@ class CuptiSession:
             self._launch_at.update(launch_at)
             self.records_dropped += dropped
 
-    def _take(self, forced: bool = True) -> tuple[list[tuple[Activity, int]], dict[int, tuple[int, int]], int]:
+    def _take(self, forced: bool) -> tuple[list[tuple[Activity, int]], dict[int, tuple[int, int]], int]:
         """What CUPTI has recorded since the last take. `forced`: CUPTI's forced flush (flag 1), which
         hands back every buffer, records not yet complete included; else the quick one (flag 0), which
         hands back buffers of completed records only and leaves the next launch ~0.2 ms cheaper (see
-        `_BUFFER_BYTES`); `_take_batch` checks that it missed nothing."""
+        `_BUFFER_BYTES`); `_attributed` checks that it missed nothing."""
         self._cupti.activity_flush_all(1 if forced else 0)
         with self._lock:
             device, launch_at, dropped = self._device, self._launch_at, self.records_dropped
             self._device, self._launch_at, self.records_dropped = [], {}, 0
         return device, launch_at, dropped
 
-    def _take_batch(self) -> tuple[list[tuple[Activity, int]], dict[int, tuple[int, int]], int, bool]:
-        """A batch's records after its synchronize: the quick flush, then the forced one only where the
-        quick one left a launch without its device record or a device record without its launch (a
-        call would lose a kernel from its span, or a kernel its call). On the H200 the quick flush after
-        a synchronize handed back every record (200 of 200 launches, benchmarks §22). Where CUPTI
-        records every API call (no filter), calls that launch nothing have no device record, so the
-        check cannot hold: the forced flush then runs every time. The last item: whether it ran."""
-        device, launch_at, dropped = self._take(forced=not self.api_filter)
-        if not self.api_filter or records_complete(device, launch_at):
-            return device, launch_at, dropped, not self.api_filter
-        more_device, more_launch_at, more_dropped = self._take(forced=True)
-        launch_at.update(more_launch_at)
-        return device + more_device, launch_at, dropped + more_dropped, True
+    def _attributed(self, ranges: list[HostRange], t_begin: int
+                    ) -> tuple[list[CallTrace], int, int, int, Optional[int], bool]:
+        """A batch's records after its synchronize, attributed to its calls: (calls, harness count,
+        unattributed count, records dropped, last device end, whether the forced flush ran).
+
+        The quick flush first (flag 0: the next launch ~0.2 ms cheaper, see `_BUFFER_BYTES`), then the
+        forced one, and the attribution again, where the quick one may have left records behind:
+        - a launch without a device record, or a device record without its launch (by correlation id);
+        - a call with fewer device records than another call of the batch. The calls all run the same
+          op, so one short call, most likely the last, lost its tail. This also covers what the first
+          check cannot see: a graph replay's kernels share one correlation id, and a launch held back
+          together with its kernels leaves no unpaired id.
+        On the H200 the quick flush after a synchronize handed back every record (200 launches of 200;
+        0 forced flushes in a 1,000-case sweep, benchmarks §22). Where CUPTI records every API call (no
+        filter), calls that launch nothing have no device record and the first check cannot hold: the
+        forced flush then runs every time. So does it for an op whose kernel count varies between calls."""
+        forced = not self.api_filter
+        device, launch_at, dropped = self._take(forced=forced)
+        result = _attribute(device, launch_at, ranges, t_begin)
+        if not forced and not (records_complete(device, launch_at) and calls_even(result[0])):
+            forced = True
+            more_device, more_launch_at, more_dropped = self._take(forced=True)
+            device += more_device
+            launch_at.update(more_launch_at)
+            dropped += more_dropped
+            result = _attribute(device, launch_at, ranges, t_begin)
+        calls, harness, unattributed, last_end = result
+        return calls, harness, unattributed, dropped, last_end, forced
 
     def _resume(self) -> None:
         if not self._on:
@@ -325,8 +362,9 @@ class CuptiSession:
 
     def discard(self) -> None:
         """Flush and drop (undecoded) what is buffered: before a measurement's first batch, so the
-        warmup's records are not decoded in that batch's flush."""
-        self._take()
+        warmup's records are not decoded in that batch's flush. Forced: nothing of the warmup may be
+        left to arrive inside a batch."""
+        self._take(forced=True)
 
     def resume(self) -> None:
         """Turn CUPTI back on after `pause` (warmup and the enqueue estimate run with it on, as a batch does)."""
@@ -342,7 +380,7 @@ class CuptiSession:
             for kind in self._kinds:
                 self._cupti.activity_disable(kind)
             self._on = False
-            self._take()
+            self._take(forced=True)
 
     def batch(self, call: Callable[[], Any], n: int, flush: Optional[Callable[[], None]], spin_cycles: int,
               pause_s: float = 0.0, pause_spin_cycles: int = 0, released: bool = False) -> TraceBatch:
@@ -359,16 +397,9 @@ class CuptiSession:
                                         pause_s, pause_spin_cycles, released)
             t_host_end = now()
             torch.cuda.synchronize()
-            device, launch_at, dropped, forced = self._take_batch()
+            calls, harness, unattributed, dropped, last_end, forced = self._attributed(ranges, t_begin)
         finally:
             self._recording = False
-        launches = [(act, launch_at.get(corr)) for act, corr in device]
-        # work launched before this batch began (an earlier case's tail) is not the batch's
-        launches = [(act, api) for act, api in launches if api is None or api[0] >= t_begin]
-        mine = [(act, api[0] if api is not None else None) for act, api in launches]
-        calls, harness, unattributed = attribute_launches(ranges, mine,
-                                                          [api[1] if api is not None else None for _, api in launches])
-        last_end = max((act.end_ns for act, _ in mine), default=None)
         return TraceBatch(calls=calls, harness_activities=harness, unattributed=unattributed,
                           enqueue_s_per_call=enqueue_s, source=self.name, records_dropped=dropped,
                           queue_left_ns=last_end - t_host_end if last_end is not None else None,

@@ -127,8 +127,9 @@ class TraceBatch:
     activity's end minus the host's end of the loop, in the records' clock (CUPTI source). The
     spin ahead of the next batch is sized from it (measure/kernel_timing.py)."""
     forced_flush: bool = False
-    """CUPTI source: the batch's records needed CUPTI's forced flush (the quick one left a launch
-    without its kernel, or CUPTI records every API call); measure/activity.py `_take_batch`."""
+    """CUPTI source: the batch's records were taken with CUPTI's forced flush (measure/activity.py
+    `CuptiSession._attributed`): the quick one left something unpaired or a call short, or CUPTI
+    records every API call."""
 
 
 def attribute_launches(ranges: Sequence[HostRange], device: Sequence[tuple[Activity, Optional[int]]],
