@@ -47,10 +47,17 @@ an H200 in eager mode). Tables show busy and gaps beside the span where they dif
 for its life. On the H200 it can differ from one process to the next by 0.1-0.2 µs per kernel
 boundary (a 10-kernel dynamic-quant FP8 call: 8.2 or 9.4 µs of gaps, 2-4% of a 40 µs span),
 whatever the flush, the stream, where the tensors lie, ASLR or a second timer (docs/benchmarks.md
-§17, §21). Each worker reads its level when it starts (`launch_gap_us` below) and `results compare`
-flags a multi-kernel case timed at two levels. Two timings by the same worker agree within 1% (p95
-0.6-0.8% over the accuracy set); between two runs, compare multi-kernel calls by busy time, which
-carries no such level.
+§17, §21). Processes with no profiler at all show the same levels (§22): the spread is the GPU's.
+Each worker reads its level when it starts (`launch_gap_us` below) and `results compare` flags a
+multi-kernel case timed at two levels. Two timings by the same worker agree within 1% (p95 0.6-0.8%
+over the accuracy set); between two runs, compare multi-kernel calls by busy time, which carries no
+such level.
+
+**What the profiler adds.** In `kernels` and `graph` mode CUPTI records every kernel, and that
+recording lengthens a multi-kernel call on the GPU. On the H200, a 10-kernel FP8 call ran 2-4%
+longer with recording on than paused in the same process, and a chain of tiny kernels +0.2 µs a
+kernel (§22). Every CUPTI-based span carries this, Nsight Systems' too. `--timing events` times
+without CUPTI; busy time does not carry it.
 """
 
 _SECTIONS: tuple[tuple[str, str, type[BaseModel]], ...] = (
