@@ -54,10 +54,10 @@ over the accuracy set); between two runs, compare multi-kernel calls by busy tim
 such level.
 
 **What the profiler adds.** In `kernels` and `graph` mode CUPTI records every kernel, and that
-recording lengthens a multi-kernel call on the GPU. On the H200, a 10-kernel FP8 call ran 2-4%
-longer with recording on than paused in the same process, and a chain of tiny kernels +0.2 µs a
-kernel (§22). Every CUPTI-based span carries this, Nsight Systems' too. `--timing events` times
-without CUPTI; busy time does not carry it.
+recording lengthens a multi-kernel call on the GPU. On the H200, one 10-kernel FP8 call ran 2-4%
+longer with recording on than paused in the same process, a 9-kernel one 1%, and a chain of tiny
+kernels +0.2 µs a kernel (§22). Every CUPTI-based span carries this, Nsight Systems' too.
+`--timing events` times without CUPTI; busy time does not carry it.
 """
 
 _SECTIONS: tuple[tuple[str, str, type[BaseModel]], ...] = (
