@@ -57,7 +57,8 @@ such level.
 recording lengthens a multi-kernel call on the GPU. On the H200, one 10-kernel FP8 call ran 2-4%
 longer with recording on than paused in the same process, a 9-kernel one 1%, and a chain of tiny
 kernels +0.2 µs a kernel (§22). Every CUPTI-based span carries this, Nsight Systems' too.
-`--timing events` times without CUPTI; busy time does not carry it.
+`--timing events` times without CUPTI. Events read the wall time of a call, so whether the cost lies
+between the kernels or inside them was not told apart.
 """
 
 _SECTIONS: tuple[tuple[str, str, type[BaseModel]], ...] = (
