@@ -6,7 +6,7 @@ the same work with CUDA events only, so the three ways a process can be set up r
     none    no CUPTI at all (what an unprofiled process sees)
     after   CUPTI's activity recording started after torch's CUDA context (as the bench processes do)
     first   CUPTI started on a thread before torch's import, recording turned on after the context
-            (as a sweep worker did until session 14: `activity.open_in_background`)
+            (as a sweep worker does: `activity.open_in_background`)
 
 Each reading is queued behind a GPU sleep (the host is never the one the GPU waits for) between two
 events: a chain of 64 one-element adds (µs a kernel, gap included), and the named accuracy cases
