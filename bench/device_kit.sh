@@ -6,3 +6,12 @@ for kit in base vllm ct; do
   fi
 done
 export PYTHONPATH=/tmp/site:$PWD/src
+
+# The gpu tests of the code that runs on the GPU (measure, run, platform, the torch backends, the row
+# model), their log in $OUT/tests.txt and the summary lines printed: the first step of a final call.
+gpu_tests() {
+  echo "== gpu tests"
+  timeout 240 python3 -m pytest -m gpu -q -p no:cacheprovider tests/measure tests/run tests/platform \
+    tests/backends/torch tests/test_result.py > "$OUT/tests.txt" 2>&1
+  grep -E "passed|failed|FAILED|ERROR" "$OUT/tests.txt" | tail -15
+}

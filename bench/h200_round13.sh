@@ -14,10 +14,7 @@ export PYTHONUNBUFFERED=1
 . bench/device_kit.sh
 case "${1:-final}" in
   final)
-    echo "== gpu tests"
-    timeout 240 python3 -m pytest -m gpu -q -p no:cacheprovider tests/measure tests/run tests/platform \
-      tests/backends/torch tests/test_result.py > "$OUT/tests.txt" 2>&1
-    grep -E "passed|failed|FAILED|ERROR" "$OUT/tests.txt" | tail -15
+    gpu_tests
     echo "== accuracy"
     ACC_PASSES=kernels_1,kernels_2 SKIP_TESTS=1 SKIP_NCU=1 timeout 300 bash bench/h200_timing.sh 2>&1 | \
       grep -v "^cupti \|^pass kernels" | tail -80

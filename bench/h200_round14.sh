@@ -28,10 +28,7 @@ PY
 }
 case "${1:-final}" in
   final)
-    echo "== gpu tests"
-    timeout 240 python3 -m pytest -m gpu -q -p no:cacheprovider tests/measure tests/run tests/platform \
-      tests/backends/torch tests/test_result.py > "$OUT/tests.txt" 2>&1
-    grep -E "passed|failed|FAILED|ERROR" "$OUT/tests.txt" | tail -15
+    gpu_tests
     if [[ "${ACC:-0}" == 1 ]]; then
       echo "== accuracy"
       ACC_PASSES=kernels_1,kernels_2 SKIP_TESTS=1 SKIP_NCU=1 timeout 320 bash bench/h200_timing.sh 2>&1 | \
