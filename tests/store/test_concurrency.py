@@ -209,3 +209,43 @@ def test_a_write_still_locked_after_the_retries_is_a_store_error_that_says_why(t
         holder.communicate()
     store.put_row("r", done(0))                         # the lock gone, the same write goes through
     assert store.unfinished("r") == [1]
+
+
+
+def test_a_reader_opening_as_a_run_creates_the_database_leaves_the_runs_wal_alone(tmp_path, monkeypatch):
+    """The race behind a lost run: a reader (`results list`, the dashboard, a test polling) opens the
+    file in the instant a run has made it, switched it to WAL, but not yet made its tables. The
+    reader's open fails ("no database yet"); it must not take the still-empty -wal it did not see
+    before for its own and delete it, or the run goes on committing into an unlinked file that no
+    other process sees, and a kill throws every row away."""
+    import sqlite3
+
+    import operatorx.store.db as db_module
+    from operatorx.store import StoreError
+
+    path = tmp_path / "ox.db"
+    real_state = db_module.schema_state
+    run_conn: list[sqlite3.Connection] = []
+
+    def state_while_a_run_starts(conn):  # type: ignore[no-untyped-def]
+        run_conn.append(sqlite3.connect(path))            # the run's first connection, kept open
+        run_conn[0].execute("PRAGMA journal_mode=WAL")
+        run_conn[0].execute("SELECT count(*) FROM sqlite_master")      # its first read makes the -wal, empty
+        return "empty", None
+
+    path.touch()                  # the reader's first look: the file is there, empty, with no -wal yet
+    monkeypatch.setattr(db_module, "schema_state", state_while_a_run_starts)
+    with pytest.raises(StoreError, match="no OperatorX database yet"):
+        Store(str(path), create=False)
+    monkeypatch.setattr(db_module, "schema_state", real_state)
+    assert path.with_name("ox.db-wal").exists()
+    run = run_conn[0]                                    # the run goes on committing on its open connection
+    run.execute("CREATE TABLE progress (case_index INTEGER)")
+    run.executemany("INSERT INTO progress VALUES (?)", [(0,), (1,), (2,)])
+    run.commit()
+    # another process reads what the run committed while it still runs
+    seen = subprocess.run([sys.executable, "-c", "import sqlite3, sys; print(sqlite3.connect(sys.argv[1]).execute("
+                           "'SELECT count(*) FROM progress').fetchone()[0])", str(path)],
+                          capture_output=True, text=True, timeout=60)
+    assert seen.stdout.strip() == "3", seen.stderr[-500:]
+    run_conn[0].close()

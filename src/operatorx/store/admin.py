@@ -63,9 +63,12 @@ def _create_pg_database(target: DbTarget) -> bool:
 def _upgrade(target: DbTarget, engine: Engine, *, adopt_legacy: bool, existed: list[bool]) -> SchemaState:
     try:
         found, rev = retrying(target, "upgrade", lambda: upgrade_to_head(engine, target, adopt_legacy=adopt_legacy))
+    except StoreError as err:
+        engine.dispose()
+        _remove_new_sidecars(target, existed, err)
+        raise
     except BaseException:
         engine.dispose()
-        _remove_new_sidecars(target, existed)
         raise
     engine.dispose()
     if found in ("newer", "unversioned") or (found == "legacy" and not adopt_legacy):
@@ -127,7 +130,8 @@ def check_database(db: str) -> DbStatus:
             return DbStatus(target.display(), state, rev, int(runs or 0), int(rows or 0))
     except DBAPIError as err:
         engine.dispose()
-        _remove_new_sidecars(target, existed)
-        raise translate(target, err, "check") from None
+        failure = translate(target, err, "check")
+        _remove_new_sidecars(target, existed, failure)
+        raise failure from None
     finally:
         engine.dispose()

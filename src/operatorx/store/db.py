@@ -54,11 +54,16 @@ def _sidecars(target: DbTarget) -> list[Path]:
     return [target.path.with_name(target.path.name + suffix) for suffix in ("-wal", "-shm")]
 
 
-def _remove_new_sidecars(target: DbTarget, existed: list[bool]) -> None:
-    """After a failed open: remove the -wal/-shm files that opening made (an empty WAL beside a file
-    that turned out corrupt or foreign), so a refused --db leaves the directory as it was."""
+def _remove_new_sidecars(target: DbTarget, existed: list[bool], err: StoreError) -> None:
+    """After a failed open: remove the -wal/-shm files that opening made beside a file that turned
+    out not to be a database or corrupt, so a refused --db leaves the directory as it was.
+
+    Only then: a database that is merely empty, of another schema version, or locked may be in use
+    by another process (a run creating it this instant), and its -wal is that process's data. Removed
+    under a live writer, the writer goes on committing into the unlinked file: readers see none of its
+    rows, and a kill loses them all."""
     files = _sidecars(target)
-    if not files or any(existed) or not files[0].exists() or files[0].stat().st_size:
+    if not err.file_unusable or not files or any(existed) or not files[0].exists() or files[0].stat().st_size:
         return
     for f in files:
         f.unlink(missing_ok=True)
@@ -99,8 +104,9 @@ def check_db(db: str, *, create: bool) -> None:
             state, rev = schema_state(conn)
     except DBAPIError as err:
         engine.dispose()
-        _remove_new_sidecars(target, existed)
-        raise translate(target, err) from None
+        failure = translate(target, err)
+        _remove_new_sidecars(target, existed, failure)
+        raise failure from None
     engine.dispose()
     if state == "current" or (state == "empty" and create):
         return
@@ -121,9 +127,12 @@ class Store:
         existed = [f.exists() for f in _sidecars(self.target)]
         try:
             self._open(create)
+        except StoreError as err:
+            self.engine.dispose()
+            _remove_new_sidecars(self.target, existed, err)
+            raise
         except BaseException:
             self.engine.dispose()
-            _remove_new_sidecars(self.target, existed)
             raise
 
     def _open(self, create: bool) -> None:

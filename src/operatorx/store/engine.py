@@ -148,10 +148,11 @@ def translate(target: DbTarget, err: BaseException, what: str = "open") -> Store
             return StoreError(f"cannot {what}: {where} is read-only ({detail}): make the file and its directory "
                               "writable, or choose another --db path")
         if kind == "notadb" and not _has_sqlite_magic(target):
-            return StoreError(f"{where} is not an SQLite database ({detail}): choose another --db path")
+            return StoreError(f"{where} is not an SQLite database ({detail}): choose another --db path",
+                              file_unusable=True)
         if kind in ("corrupt", "notadb"):         # an SQLite header over pages that make no sense
             return StoreError(f"{where} is corrupt ({detail}): restore it from a backup, or start a new --db "
-                              "and `operatorx db ingest` the result documents into it")
+                              "and `operatorx db ingest` the result documents into it", file_unusable=True)
         if kind == "cantopen":
             return StoreError(f"cannot open {where} ({detail}): check the path and its permissions")
         if kind == "full":
