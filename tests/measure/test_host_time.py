@@ -34,9 +34,11 @@ def test_host_us_per_call_matches_a_planted_cost() -> None:
     # 0.2 µs here, about 0.5 µs on a slow CI machine) is measured alongside, not assumed
     call_overhead_us = HostTiming(settings).measure(busy(0.0)).summary["median"]
     assert 20.0 <= m.summary["median"]
-    # 0.4 µs: the spin loop's last clock read. A load spike that inflates the overhead reading only
-    # loosens this bound, so there is no lower bound on the difference
-    assert m.summary["median"] - call_overhead_us < 20.4
+    # 1 µs (5%): the spin loop's last clock read, 0.1-0.4 µs on an idle machine. With the core's
+    # other hyperthread busy (a loaded CI VM) a clock read slows: the spin overshot by 0.65 µs in a
+    # run beside six busy loops on 2 cores, which no run-queue wait reveals. A load spike that
+    # inflates the overhead reading only loosens this bound, so there is no lower bound on the difference
+    assert m.summary["median"] - call_overhead_us < 21.0
     assert m.details["batch_calls"] == 20 and m.details["gpu_paced"] is False
 
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
+from operatorx.measure import telemetry
 from operatorx.measure.telemetry import THROTTLE_REASONS, Telemetry, TelemetrySampler, summarize_readings
 
 
@@ -24,6 +26,15 @@ class FakeTelemetry:
     def energy_mj(self) -> int:
         self.energy += 700
         return self.energy
+
+
+def _until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    """Wait for the reading thread to have done something, instead of sleeping a fixed few ms: a
+    loaded 2-core CI machine can leave the thread unscheduled for longer than that."""
+    deadline = time.perf_counter() + timeout_s
+    while not condition():
+        assert time.perf_counter() < deadline, f"not within {timeout_s} s"
+        time.sleep(0.001)
 
 
 def _reading(clock: float, *reasons: str) -> dict[str, Any]:
@@ -110,15 +121,17 @@ def test_the_reader_keeps_the_highest_clock_it_has_read():
 
 def test_sampler_reads_during_the_window_and_stops_at_its_end():
     fake = FakeTelemetry(clock_mhz=1900, reasons=("sw_power_cap",))
+    t_open = time.perf_counter()
     with TelemetrySampler(fake, period_s=0.002) as sampler:       # type: ignore[arg-type]
-        time.sleep(0.05)
+        _until(lambda: len(sampler.readings) >= 10)
         assert sampler.alive
+    window_s = time.perf_counter() - t_open
     assert not sampler.alive
     n = len(sampler.readings)
     summary = sampler.summary()
     assert summary["readings"] == n >= 10 and summary["capped"] and summary["power_w"]["p50"] == 500.0
-    # one energy read per reading, +700 mJ each: first to last reading
-    assert summary["energy_mj"] == 700 * (n - 1) and 0 < summary["energy_s"] < 0.2
+    # one energy read per reading, +700 mJ each: first to last reading, inside the window
+    assert summary["energy_mj"] == 700 * (n - 1) and 0 < summary["energy_s"] < window_s
     time.sleep(0.02)
     assert len(sampler.readings) == n               # nothing is added once the window has closed
 
@@ -137,7 +150,7 @@ def test_one_reading_thread_serves_every_window_and_a_window_that_raises_is_clos
     assert not sampler.alive
     n = len(sampler.readings)
     with TelemetrySampler(fake, period_s=0.001) as other:   # type: ignore[arg-type]
-        time.sleep(0.005)
+        _until(lambda: len(other.readings) >= 2)
     assert len(sampler.readings) == n and len(other.readings) >= 2
     assert [t for t in threading.enumerate() if t.name == "operatorx-telemetry"] == threads
 
@@ -186,7 +199,7 @@ def test_amd_reader_speaks_the_same_interface_and_finds_the_gpu_by_bus_id():
     assert s["power_w"] == 650 and s["power_limit_w"] == 750 and s["temperature_c"] == 71
     assert s["reasons"] == ["amd_throttle"] and s["sm_clock_mhz"] == 1700
     with TelemetrySampler(amd, period_s=0.002) as sampler:        # type: ignore[arg-type]
-        time.sleep(0.01)
+        _until(lambda: len(sampler.readings) >= 2)
     summary = sampler.summary()
     assert summary["capped"] and summary["capping_reasons"] == ["amd_throttle"]
     # each reading reads the accumulator (+1000 counts of 15.3 µJ): first reading to last
@@ -224,8 +237,9 @@ class _FailingTelemetry(FakeTelemetry):
 
 
 def test_a_read_that_raises_does_not_end_the_sampling():
-    with TelemetrySampler(_FailingTelemetry(), period_s=0.001) as sampler:     # type: ignore[arg-type]
-        time.sleep(0.03)
+    failing = _FailingTelemetry()
+    with TelemetrySampler(failing, period_s=0.001) as sampler:     # type: ignore[arg-type]
+        _until(lambda: failing.calls >= 8)            # four reads that raised, four that did not
     s = sampler.summary()
     assert s["failed_readings"] >= 2 and s["readings"] > s["failed_readings"]
     assert s["capped"] and s["energy_mj"] is None
@@ -244,7 +258,7 @@ def test_amd_reader_reads_na_as_nothing():
     assert s["sm_clock_mhz"] is None and s["max_sm_clock_mhz"] is None and s["power_w"] is None
     assert amd.max_sm_clock_hz() is None and amd.energy_mj() is None
     with TelemetrySampler(amd, period_s=0.002) as sampler:          # type: ignore[arg-type]
-        time.sleep(0.01)
+        _until(lambda: len(sampler.readings) >= 2)
     summary = sampler.summary()
     assert not summary["capped"] and "sm_clock_mhz" not in summary and "failed_readings" not in summary
 
@@ -261,11 +275,11 @@ def test_amd_reader_matches_torchs_8_digit_bus_id_to_amdsmis_4_digit_one():
 def test_only_readings_inside_the_timed_window_judge_the_attempt():
     fake = FakeTelemetry(clock_mhz=1500, reasons=("sw_power_cap",))   # capped during warmup
     with TelemetrySampler(fake, period_s=0.002) as sampler:           # type: ignore[arg-type]
-        time.sleep(0.02)
+        _until(lambda: len(sampler.readings) >= 5)
         fake.clock_mhz, fake.reasons = 1980, []                       # the timed calls ran at full clock
-        time.sleep(0.004)
+        _until(lambda: sampler.readings[-1]["sm_clock_mhz"] == 1980)  # no capped read still in flight
         window_start = time.perf_counter()
-        time.sleep(0.02)
+        _until(lambda: sum(r["t_s"] >= window_start for r in sampler.readings) >= 3)
     assert sampler.summary()["capped"]                                # the whole window saw the cap
     judged = sampler.summary(since_s=window_start)
     assert not judged["capped"] and judged["readings_before_window"] >= 5
@@ -322,9 +336,10 @@ class _SlowTelemetry(FakeTelemetry):
         return super().sample()
 
 
-def test_a_window_shorter_than_a_reading_still_gets_one():
+def test_a_window_shorter_than_a_reading_still_gets_one(monkeypatch):
     """An attempt that ends before the reader's first reading waits for it (bounded): an attempt
     with no reading cannot be judged, and its row would carry no clock."""
+    monkeypatch.setattr(telemetry, "_FIRST_READING_WAIT_S", 10.0)   # bounded all the same; a loaded CI is slow
     slow = _SlowTelemetry(clock_mhz=1900, reasons=("sw_power_cap",))
     with TelemetrySampler(slow, period_s=0.001):                  # type: ignore[arg-type]
         time.sleep(0.02)

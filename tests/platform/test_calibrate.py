@@ -5,7 +5,6 @@ these run without a GPU (tests/platform/test_calibrate_gpu.py measures a real on
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -256,18 +255,40 @@ def test_cli_recalibrate_is_stored_with_the_run_and_a_cpu_run_measures_nothing(t
     assert not (tmp_path / "peaks").exists()
 
 
-def test_warmup_runs_synchronized_calls_for_its_wall_time():
+class _FakeClock:
+    """`time` for calibrate._warm on a virtual clock: a loaded CI machine oversleeps a real 20 ms
+    sleep by more than the few ms a real-clock test could leave it."""
+
+    def __init__(self) -> None:
+        self.now_s = 0.0
+        self.sleeps_s: list[float] = []
+
+    def perf_counter(self) -> float:
+        return self.now_s
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps_s.append(seconds)
+        self.now_s += seconds
+
+
+def test_warmup_runs_synchronized_calls_for_its_wall_time(monkeypatch):
     """The GPU warmup before the first timed shape (calibrate._warm), with a CPU stand-in for the GEMM:
     every call is synchronized, rests as long as it took (half the time busy keeps the card out of
     its power cap), and the loop lasts its seconds, however fast or slow a call is."""
+    import operatorx.platform.calibrate as calibrate
     from operatorx.platform.calibrate import WARM_S, _warm
 
     events: list[str] = []
     calls, seconds = _warm(lambda: events.append("call"), lambda: events.append("sync"), 0.05)
     assert seconds >= 0.05 and calls == len(events) // 2 >= 2
     assert events == ["call", "sync"] * calls
-    slow = _warm(lambda: time.sleep(0.02), lambda: None, 0.05)     # 20 ms calls, each rested 20 ms: 2 calls
-    assert slow[0] == 2 and slow[1] >= 0.08
+    clock = _FakeClock()
+    monkeypatch.setattr(calibrate, "time", clock)
+
+    def call_of_20_ms() -> None:
+        clock.now_s += 0.02
+    slow = _warm(call_of_20_ms, lambda: None, 0.05)     # 20 ms calls, each rested 20 ms: 2 calls, 80 ms
+    assert slow == (2, pytest.approx(0.08)) and clock.sleeps_s == [pytest.approx(0.02)] * 2
     assert _warm(lambda: None, lambda: None, 0.0)[0] == 1          # at least one call, even with no time
     assert WARM_S == 1.0
 

@@ -22,7 +22,9 @@ FAST = TimingSettings(warmup_calls=1, warmup_floor_s=0, first_warmup_floor_s=0, 
 @pytest.fixture(scope="module")
 def local_ray():
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
-    ray.init(_node_ip_address="127.0.0.1", include_dashboard=False, num_cpus=2, log_to_driver=False)
+    # address="local": a new instance of our own, never a cluster left on the machine (RAY_ADDRESS or
+    # /tmp/ray's record of the last one), which would refuse num_cpus
+    ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False, num_cpus=2, log_to_driver=False)
     yield
     ray.shutdown()
 

@@ -113,13 +113,17 @@ def test_a_long_read_transaction_does_not_stop_a_writing_run(tmp_path):
     db = tmp_path / "ox.db"
     store = Store(str(db), busy_timeout_s=1.0)
     store.begin_run("r", T0, "t", "torch", "cpu", {}, planned(20))
-    reader = _held(tmp_path, _HOLD_READ, db, 4.0)
-    t = time.monotonic()
-    for i in range(20):
-        store.put_row("r", done(i))
-    store.finish_run("r", T0)
-    assert time.monotonic() - t < 3.0 and reader.poll() is None        # done while the reader still held
-    _wait_all([reader])
+    # held far longer than the writes take even on a loaded CI machine, then ended: a write the reader
+    # blocked would fail with `locked` after the 1 s timeout and its retries, long before the hold ends
+    reader = _held(tmp_path, _HOLD_READ, db, 60.0)
+    try:
+        for i in range(20):
+            store.put_row("r", done(i))
+        store.finish_run("r", T0)
+        assert reader.poll() is None                                    # done while the reader still held
+    finally:
+        reader.kill()
+        reader.communicate(timeout=30)
     assert store.unfinished("r") == [] and store.document("r")["run"]["state"] == "finished"
 
 
