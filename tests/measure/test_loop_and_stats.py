@@ -36,7 +36,7 @@ def test_warmup_reports_the_median_call_after_the_first():
         time.sleep(next(times))
 
     _, _, call_s = warmup(op, lambda: None, TimingSettings(warmup_calls=4, warmup_floor_s=0, first_warmup_floor_s=0))
-    assert 0.002 <= call_s < 0.004
+    assert 0.002 <= call_s < 0.01          # not the first call's 20 ms (a loaded machine oversleeps 2 ms)
 
 
 def test_a_rested_retry_warms_up_with_one_call_once_the_process_is_warm(monkeypatch):
