@@ -42,6 +42,7 @@ from operatorx.result_parts import (
     json_safe,
 )
 from operatorx.spec import Case
+from operatorx.spec.shard import RankLocal
 
 __all__ = ["Row", "Status", "ErrorKind", "Headline", "SCHEMA_VERSION", "Measured", "Summary", "Warmup",
            "TimingInfo", "Rates", "Peak", "Conditions", "Telemetry", "WhatRan", "KernelProfile", "Kernel",
@@ -62,7 +63,8 @@ _GROUPS: tuple[tuple[str, type[Part]], ...] = (("measured", Measured), ("rates",
                                                ("conditions", Conditions), ("ran", WhatRan))
 _SINGLE: dict[str, str] = {"scheme": "scheme", "check": "check", "host": "host", "case_seconds": "case_seconds",
                            "worker": "worker", "extra": "backend_meta", "traceback": "traceback", "memory": "memory",
-                           "worker_stderr_tail": "worker_stderr_tail", "failures": "failures", "ab": "ab"}
+                           "worker_stderr_tail": "worker_stderr_tail", "failures": "failures", "ab": "ab",
+                           "rank_local": "rank_local"}
 """Row field → its document key, for the row's own one-key parts."""
 _GROUP_KEYS = {key: name for name, model in _GROUPS for key in model.model_fields}
 _SINGLE_BY_KEY = {key: field for field, key in _SINGLE.items()}
@@ -124,6 +126,10 @@ class Row(BaseModel):
                                         "whose worker died; `crashed: ...`, `timeout: ...`)")
     ab: Optional[dict[str, Any]] = doc("rows of an `operatorx ab` run: the case's A/B result (both sides, "
                                        "differences with intervals, verdicts)")
+    rank_local: Optional[RankLocal] = doc("with `--rank-local`: the row timed one rank's shard of a split case, not "
+                                          "the case: `world`, `rank`, `split` (`tp8`), `rule` (how the shard was "
+                                          "cut, e.g. `row-parallel by role mlp.down_proj: k 33792 -> 4224`), "
+                                          "`shard` (the args that ran); rates are the shard's")
     other: dict[str, Any] = Field(default_factory=dict)
     """Metrics keys this version does not know, kept as they came."""
 
@@ -149,6 +155,16 @@ class Row(BaseModel):
         """A planned case that has not finished (or never will: the run ended first)."""
         return cls(case=case, backend=backend, status="missing", testlist=testlist, case_index=case_index,
                    side=side)
+
+    def label(self) -> str:
+        """The case's label, and `[rank-local 0/8]` when the row timed one rank's shard of it."""
+        shard = self.rank_local
+        return self.case.label() + (f" [rank-local {shard.rank}/{shard.world}]" if shard is not None else "")
+
+    def compare_key(self) -> str:
+        """What a comparison matches rows by: the case key, and whether the row is a rank-local shard
+        (a shard is never compared with the whole case)."""
+        return self.case.key() + ("|rank_local" if self.rank_local is not None else "")
 
     # --- the numbers readers want -----------------------------------------------------------------
     @property
@@ -199,7 +215,8 @@ class Row(BaseModel):
             if field not in self.model_fields_set:
                 continue
             value = getattr(self, field)
-            out[key] = value.dump() if isinstance(value, Part) else value
+            out[key] = value.dump() if isinstance(value, Part) else \
+                value.model_dump(mode="json") if isinstance(value, BaseModel) else value
         out.update(self.other)
         return out
 
@@ -209,7 +226,7 @@ class Row(BaseModel):
         out: dict[str, Any] = {
             "op": {"type": self.case.type, "args": self.case.args_dict(), "backend": self.backend,
                    "sources": list(self.case.sources)},
-            "label": self.case.label(),
+            "label": self.label(),
             "status": self.status,
             "testlist": self.testlist,
             "case_index": self.case_index,

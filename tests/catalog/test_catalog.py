@@ -25,7 +25,7 @@ def test_gpt_oss_moe_at_tp4_and_tp8_runs_vllms_padded_intermediate_size():
         warnings.simplefilter("always", CatalogWarning)
         cases = generate(["openai/gpt-oss-120b"], [1, 2, 4, 8], [1], moe_tokens=[1])
     assert not [str(w.message) for w in caught]
-    moe = {c.args.parallel.tp: c for c in cases if c.type == "moe"}
+    moe = {c.metadata["deployment"]["tp"][0]: c for c in cases if c.type == "moe"}
     assert {tp: c.args.experts.inter for tp, c in moe.items()} == {1: 2880, 2: 1472, 4: 768, 8: 384}
     assert moe[1].sources == ["openai/gpt-oss-120b/mlp.experts"]
     assert moe[4].sources == ["openai/gpt-oss-120b/mlp.experts:padded-from-720"]

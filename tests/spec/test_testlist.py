@@ -42,7 +42,7 @@ BAD_CASES = [
     ("group not dividing K", _set(fp8_block(), "args.a.scale.group", [1, 100]), "args", "does not divide K=256"),
     ("group with zero", _set(fp8_block(), "args.b.scale.group", [0, 128]), "args.b.scale", "not 0"),
     ("quantized operand without scale", _set(fp8_block(), "args.a.scale", _DELETE), "args.a", "needs a scale"),
-    ("unknown op type", _set(gemm(), "type", "conv"), "type", "'gemm' or 'moe'"),
+    ("unknown op type", _set(gemm(), "type", "conv"), "type", "is not an op type OperatorX or upstream defines"),
     ("missing args field", _set(gemm(), "args.k", _DELETE), "args.k", "Field required"),
     ("top_k > experts", _set(moe(), "args.experts.top_k", 9), "args", "exceeds the 8 experts"),
     ("groups not dividing experts",

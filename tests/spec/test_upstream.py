@@ -86,28 +86,28 @@ def test_loading_an_old_file_says_to_upgrade_it(write_testlist, old):
     assert "case 0: the older flat format" in info.value.problems[0]
 
 
-def test_old_moe_becomes_per_rank_block_fp8_with_shared_expert():
+def test_old_moe_becomes_the_whole_layer_with_upstreams_ep_split():
     (new,), notes = upgrade_cases([OLD_MOE], "f")
     case = Case.model_validate(new)
     a = case.args
-    assert a.tokens == 8 and a.hidden == 7168 and a.experts.num == 32 and a.experts.top_k == 8
+    assert a.tokens == 8 and a.hidden == 7168 and a.experts.num == 256 and a.experts.top_k == 8
     assert a.experts.inter == 2048 and a.shared is not None and a.shared.count == 1 and a.shared.inter == 2048
     assert a.experts.w1.scale.group == [128, 128] and a.experts.w1.scale.static
     assert a.experts.a1.scale.group == [1, 128] and not a.experts.a1.scale.static
-    assert a.parallel is not None and a.parallel.ep == 8 and a.parallel.tp == 1
+    assert a.parallel is not None and a.parallel.split() == {"tp": 8, "ep": 8} and case.world == 8
     assert a.routing.distribution == "natural" and case.sources == ["deepseek-r1-decode"]
     assert any("softmax top-k" in n for n in notes)
 
 
-def test_old_moe_tensor_parallel_splits_the_intermediate_and_zipf_maps():
+def test_old_moe_tensor_parallel_keeps_the_whole_intermediate_and_zipf_maps():
     old = json.loads(json.dumps(OLD_MOE))
     old["args"].update(dtype_act="bf16", dtype_weight="mxfp4", routed_tensor_parallel_size=4,
-                       shared_tensor_parallel_size=2, expert_parallel_size=1, expert_distribution="zipf")
+                       shared_tensor_parallel_size=4, expert_parallel_size=1, expert_distribution="zipf")
     (new,), _ = upgrade_cases([old], "f")
     a = Case.model_validate(new).args
-    assert a.experts.num == 256 and a.experts.inter == 512 and a.shared.inter == 1024
+    assert a.experts.num == 256 and a.experts.inter == 2048 and a.shared.inter == 2048
     assert a.experts.a1.dtype == "bf16" and a.experts.w1.dtype == "e2m1" and a.experts.w1.scale.dtype == "ue8m0"
-    assert a.routing.name == "zipf1" and a.parallel.tp == 4 and a.parallel.ep is None
+    assert a.routing.name == "zipf1" and a.parallel.split() == {"tp": 4}
 
 
 @pytest.mark.parametrize("dt,expect", [("bf16", "bf16"), ("fp8", "e4m3/fp32:tensor"),
@@ -129,7 +129,10 @@ def test_mixed_old_and_new_cases_upgrade_together():
     ({"dtype_weight": "int4"}, "args.dtype_weight", "no descriptor equivalent"),
     ({"expert_distribution": "model_native"}, "args.expert_distribution", "has no equivalent"),
     ({"expert_parallel_size": 3}, "args.num_experts", "does not divide by expert_parallel_size=3"),
-    ({"world_size": 8}, "args.world_size", "a multi-rank case has no equivalent yet"),
+    ({"world_size": 8}, "args.world_size", "write `parallel`"),
+    ({"routed_tensor_parallel_size": 2}, "args.routed_tensor_parallel_size", "no TP inside expert-parallel"),
+    ({"expert_parallel_size": 1, "routed_tensor_parallel_size": 4, "shared_tensor_parallel_size": 2},
+     "args.shared_tensor_parallel_size", "split like the layer (4 ways)"),
     ({"input_seed": 43}, "args.input_seed", "has no equivalent in the descriptor format"),
     ({"num_tokens": 0}, "args.num_tokens", "not an integer >= 1"),
     ({"hidden": None}, "args.hidden", "missing"),

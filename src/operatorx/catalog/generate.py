@@ -1,9 +1,12 @@
 """Checkpoints (or a user's config.json) → cases with sources.
 
 `generate` walks the catalog: every checkpoint x scheme x TP x M for GEMMs, plus MoE layers
-at the token counts asked for. A role whose facts the catalog does not hold is skipped with
-a CatalogWarning naming the field. `from_config` reads one config.json offline and is strict:
-any missing field is an error, because the user can fix their file.
+at the token counts asked for, as the per-rank cases one GPU of a deployment runs (no
+`parallel`; `metadata.deployment` says where they come from) or, with `parallel`, as whole
+layers with their split (upstream's meaning of `parallel`, docs/case-format.md). A role whose
+facts the catalog does not hold is skipped with a CatalogWarning naming the field. `from_config`
+reads one config.json offline and is strict: any missing field is an error, because the user can
+fix their file.
 """
 
 from __future__ import annotations
@@ -33,9 +36,14 @@ MOE_TOKENS = (1, 8, 64, 512, 2048)
 VALID_TP = (1, 2, 4, 8)
 
 
-def _case(kind: str, args: dict[str, Any], source: str, notes: list[str]) -> Case | None:
+def _case(kind: str, args: dict[str, Any], source: str, notes: list[str], tp: int) -> Case | None:
+    """A per-rank case (no `parallel`; the deployment it comes from in `metadata`) or, when `args` holds
+    a `parallel`, a whole layer with its split."""
+    data: dict[str, Any] = {"type": kind, "args": args, "sources": [source]}
+    if "parallel" not in args:
+        data["metadata"] = {"deployment": {"tp": [tp]}}
     try:
-        return Case.model_validate({"type": kind, "args": args, "sources": [source]})
+        return Case.model_validate(data)
     except ValidationError as err:
         first = err.errors()[0]
         notes.append(f"{source}: case not produced: {'.'.join(map(str, first['loc']))}: {first['msg']}")
@@ -43,32 +51,45 @@ def _case(kind: str, args: dict[str, Any], source: str, notes: list[str]) -> Cas
 
 
 def gemm_cases(arch: Arch, schemes: RoleSchemes, source_id: str, tp: int, ms: Sequence[int],
-               strict: bool, notes: list[str], leave_out: tuple[str, ...] = ()) -> list[Case]:
+               strict: bool, notes: list[str], leave_out: tuple[str, ...] = (), parallel: bool = False) -> list[Case]:
     """GEMM cases of one checkpoint scheme at one TP, one per (role, M); `leave_out` names role
-    groups the checkpoint declares not produced."""
+    groups the checkpoint declares not produced.
+
+    By default each case is the GEMM one rank runs at `tp` (single-device, no `parallel`). With
+    `parallel`, each is the whole layer with `parallel: {tp}` (upstream's *_parallel lists), for the
+    roles whose split `tp` divides.
+    """
     out = []
-    for shape in gemm_shapes(arch, tp, strict, notes, leave_out):
+    rank_shapes = gemm_shapes(arch, tp, strict, notes, leave_out)
+    if parallel:
+        at_tp = {s.role for s in rank_shapes}
+        rank_shapes = [s for s in gemm_shapes(arch, 1, strict, notes, leave_out) if s.role in at_tp]
+    for shape in rank_shapes:
         scheme = preset(shape.preset, shape.role) if shape.preset else schemes[shape.scheme_role]
         out_dtype = "fp32" if scheme.a.get("dtype") == "fp32" else shape.out
         for m in ms:
             args: dict[str, Any] = {"m": m, "n": shape.n, "k": shape.k, "a": scheme.a, "b": scheme.b,
-                                    "out": out_dtype, "parallel": {"tp": tp}}
+                                    "out": out_dtype}
             if shape.bias:
                 args["bias"] = True
-            case = _case("gemm", args, f"{source_id}/{shape.role}", notes)
+            if parallel and tp > 1:
+                args["parallel"] = {"tp": tp}
+            case = _case("gemm", args, f"{source_id}/{shape.role}", notes, tp)
             if case is not None:
                 out.append(case)
     return out
 
 
 def moe_cases(arch: Arch, schemes: RoleSchemes, source_id: str, tp: int, tokens: Iterable[int],
-              strict: bool, notes: list[str], distributions: Sequence[Any] = ("natural",)) -> list[Case]:
+              strict: bool, notes: list[str], distributions: Sequence[Any] = ("natural",),
+              parallel: bool = False) -> list[Case]:
     """MoE layer cases of one checkpoint scheme at one TP; empty for dense models.
 
-    A checkpoint with `num_hash_layers` (DeepSeek-V4) also gets its hash-routed layers, cited
-    as `<prefix>.experts:hash`. When vLLM pads the per-rank expert intermediate size (MXFP4
-    experts, see moe_layer), the case runs the padded size and its role says
-    `<prefix>.experts:padded-from-<per-rank size>`.
+    By default each case is the layer one rank runs at `tp` (experts' intermediate sizes split);
+    with `parallel`, the whole layer with `parallel: {tp}`. A checkpoint with `num_hash_layers`
+    (DeepSeek-V4) also gets its hash-routed layers, cited as `<prefix>.experts:hash`. When vLLM pads
+    the per-rank expert intermediate size (MXFP4 experts, see moe_layer), a per-rank case runs the
+    padded size and its role says `<prefix>.experts:padded-from-<per-rank size>`.
     """
     if not arch.is_moe:
         return []
@@ -79,18 +100,22 @@ def moe_cases(arch: Arch, schemes: RoleSchemes, source_id: str, tp: int, tokens:
         for dist in distributions:
             for hashed in kinds:
                 try:
-                    args = moe_args(arch, schemes["experts"], schemes["shared_experts"], tp, t, dist,
-                                    hash_routed=hashed)
+                    run_inter, inter = experts_inter(arch, schemes["experts"], tp)
+                    args = moe_args(arch, schemes["experts"], schemes["shared_experts"], 1 if parallel else tp, t,
+                                    dist, hash_routed=hashed)
+                    if parallel:
+                        moe_args(arch, schemes["experts"], schemes["shared_experts"], tp, t, dist, hash_routed=hashed)
                 except MissingField as err:
                     if strict:
                         raise
                     notes.append(f"{arch.origin}: MoE layer not produced: {err}")
                     return out
                 role = f"{prefix}.experts:hash" if hashed else f"{prefix}.experts"
-                run_inter, inter = experts_inter(arch, schemes["experts"], tp)
-                if run_inter != inter:  # vLLM pads the per-rank intermediate size; say so in the source
+                if parallel and tp > 1:
+                    args["parallel"] = {"tp": tp}
+                elif not parallel and run_inter != inter:  # vLLM pads the per-rank intermediate size; say so
                     role += f":padded-from-{inter}"
-                case = _case("moe", args, f"{source_id}/{role}", notes)
+                case = _case("moe", args, f"{source_id}/{role}", notes, tp)
                 if case is not None:
                     out.append(case)
     return out
@@ -113,8 +138,11 @@ def _tps_for(ckpt: Checkpoint, tps: Sequence[int] | None) -> tuple[int, ...]:
 
 def generate(models: Sequence[str] | None = None, tps: Sequence[int] | None = None,
              ms: Sequence[int] | None = None, moe_tokens: Sequence[int] = (),
-             schemes: Sequence[str] | None = None) -> list[Case]:
+             schemes: Sequence[str] | None = None, parallel: bool = False) -> list[Case]:
     """Cases for catalog checkpoints (all when `models` is empty), merged with sources unioned.
+
+    Per-rank single-device cases by default (the deployment in `metadata.deployment`); with
+    `parallel`, whole layers with `parallel: {tp}` (TP 1 adds nothing there and is left out).
 
     tps: TP sizes to use (default: each checkpoint's deployed sizes). ms: GEMM M values
     (default DECODE_M + PREFILL_M). moe_tokens: MoE layer token counts (default none).
@@ -131,9 +159,12 @@ def generate(models: Sequence[str] | None = None, tps: Sequence[int] | None = No
             if schemes and name not in schemes:
                 continue
             for tp in _tps_for(ckpt, tps):
+                if parallel and tp == 1:
+                    continue
                 cases += gemm_cases(ckpt.arch, role_map, ckpt.source_id(name), tp, ms, False, notes,
-                                    ckpt.not_produced)
-                cases += moe_cases(ckpt.arch, role_map, ckpt.source_id(name), tp, moe_tokens, False, notes)
+                                    ckpt.not_produced, parallel)
+                cases += moe_cases(ckpt.arch, role_map, ckpt.source_id(name), tp, moe_tokens, False, notes,
+                                   parallel=parallel)
     _warn(notes)
     return merge_cases(cases)
 

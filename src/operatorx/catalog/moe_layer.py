@@ -111,7 +111,8 @@ def experts_inter(arch: Arch, experts: Scheme, tp: int) -> tuple[int, int]:
 
 def moe_args(arch: Arch, experts: Scheme, shared: Scheme, tp: int, tokens: int,
              distribution: Any = "natural", seed: int = 0, hash_routed: bool = False) -> dict[str, Any]:
-    """The `moe` args of one layer at `tp` for `tokens` tokens; MissingField names a gap."""
+    """The `moe` args of the layer one rank runs at `tp` (tp=1: the whole layer) for `tokens` tokens;
+    MissingField names a gap. No `parallel`: the caller adds the split for a whole-layer case."""
     what = "the MoE layer"
     inter = arch.moe_inter(what)
     run_inter, _ = experts_inter(arch, experts, tp)
@@ -130,7 +131,6 @@ def moe_args(arch: Arch, experts: Scheme, shared: Scheme, tp: int, tokens: int,
         "activation": _activation(arch),
         "shared": None,
         "routing": {"distribution": distribution, "seed": seed},
-        "parallel": {"tp": tp},
     }
     if arch.opt("shared_expert_intermediate_size"):
         s_inter = arch.int("shared_expert_intermediate_size", "shared expert")

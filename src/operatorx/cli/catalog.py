@@ -91,15 +91,19 @@ def generate_cmd(
     m: Annotated[Optional[list[int]], typer.Option("--m", help=_M_HELP)] = None,
     moe_tokens: Annotated[Optional[list[int]], typer.Option("--moe-tokens", help=_MOE_HELP)] = None,
     scheme: Annotated[Optional[list[str]], typer.Option("--scheme", help="only these scheme names (repeat)")] = None,
+    parallel: Annotated[bool, typer.Option(
+        "--parallel", help="whole layers with their split (`parallel: {tp}`, upstream's *_parallel lists) instead "
+                           "of the per-rank GEMMs one GPU runs")] = False,
 ) -> None:
-    """Cases for catalog checkpoints x schemes x TP x M, deduplicated with sources unioned."""
+    """Cases for catalog checkpoints x schemes x TP x M, deduplicated with sources unioned: the per-rank
+    cases one GPU of each deployment runs, or with --parallel the whole layers with their split."""
     from operatorx.catalog import CatalogError, CatalogWarning, generate
 
     _check_output(output)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", CatalogWarning)
         try:
-            cases = generate(expand_models(models), tp, m, tuple(moe_tokens or ()), scheme)
+            cases = generate(expand_models(models), tp, m, tuple(moe_tokens or ()), scheme, parallel)
         except CatalogError as err:
             _fail(str(err))
     _write(cases, output, [w for w in caught if issubclass(w.category, CatalogWarning)])

@@ -82,7 +82,7 @@ class LogReporter:
     def case_done(self, slot: str, row: Row) -> None:
         self.counts.add(row)
         reason = f"  {plain(row.message)[:160]}" if row.status != "ok" and row.message else ""
-        self._line(f"[{self.counts.done}/{self.total}] case {row.case_index} {plain(row.case.label())} "
+        self._line(f"[{self.counts.done}/{self.total}] case {row.case_index} {plain(row.label())} "
                    f"{row.status} {_latency(row)} ({slot}){reason}")
         self._maybe_summary()
 
@@ -134,7 +134,7 @@ class BarReporter:
         self.progress.update(self._main, advance=1, rate=f"{self.counts.rate():.1f} cases/s")
         self._slot(slot, f"idle after [{row.case_index}] {row.status}")
         if row.status == "error":
-            self.progress.console.print(f"case {row.case_index} {plain(row.case.label())}: error "
+            self.progress.console.print(f"case {row.case_index} {plain(row.label())}: error "
                                         f"({row.error_kind}) {plain(row.message)[:200]}",
                                         markup=False, highlight=False)
 

@@ -156,6 +156,10 @@ def run_command(
     host_batches: int = typer.Option(15, "--host-batches", min=1, help="Host timing: batches (median over them)."),
     host_batch_calls: int = typer.Option(200, "--host-batch-calls", min=1, help="Host timing: calls per batch."),
     host_order: str = typer.Option("alternate", "--host-order", help="Host timing: alternate or fixed."),
+    rank_local: bool = typer.Option(False, "--rank-local",
+                                    help="Time one rank's shard of each split case (parallel tp·dp > 1) on one "
+                                         "device, collectives left out; rows say `rank_local`. Without it such "
+                                         "cases are unsupported with the GPUs they need."),
     recalibrate: bool = typer.Option(False, "--recalibrate",
                                      help="Measure each GPU's peaks again (bf16 and fp8 GEMM, HBM copy; cached per "
                                           "GPU and software stack) before its first case: docs/peaks.md."),
@@ -200,7 +204,8 @@ def run_command(
                            check_l2=not counters_child, executor=executor,  # type: ignore[arg-type]
                            gpus=parse_gpus(gpus), workers=workers, case_timeout_s=case_timeout, grace_s=grace,
                            shard=parse_shard(shard) if shard else None, run_group=run_group,
-                           ray_address=ray_address, recalibrate=recalibrate)
+                           ray_address=ray_address, recalibrate=recalibrate,
+                           rank_local=rank_local)
         if counters:
             _run_counters(db, results_dir)
             return

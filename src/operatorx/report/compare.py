@@ -366,10 +366,10 @@ def _index(doc: dict[str, Any]) -> dict[tuple[str, str, str], Row]:
     rows = [Row.from_json(r) for r in doc.get("rows") or []]
     per_case: dict[tuple[str, str], set[str]] = {}
     for r in rows:
-        per_case.setdefault((r.case.key(), r.side), set()).add(r.backend)
+        per_case.setdefault((r.compare_key(), r.side), set()).add(r.backend)
     out: dict[tuple[str, str, str], Row] = {}
     for r in rows:
-        key = (r.case.key(), r.side)
+        key = (r.compare_key(), r.side)
         out[(key[0], key[1], r.backend if len(per_case[key]) > 1 else "")] = r
     return out
 
@@ -408,7 +408,7 @@ def compare_documents(doc_a: dict[str, Any], doc_b: dict[str, Any], *, min_effec
             if not (math.isfinite(lo) and math.isfinite(hi)):
                 flags.insert(0, "too few samples for an interval")
         cases.append(CaseComparison(
-            case_key=key[0], label=some.case.label(), side=key[1],
+            case_key=some.case.key(), label=some.label(), side=key[1],
             a_latency_us=float(np.median(sa)) if sa else None, b_latency_us=float(np.median(sb)) if sb else None,
             ratio=ratio, ci_low=_finite(lo), ci_high=_finite(hi), p_value=p, q_value=q if s else None,
             verdict=verdict, flags=flags, a_samples=len(sa), b_samples=len(sb),

@@ -127,7 +127,7 @@ def row_cells(r: RowLike, columns: list[tuple[str, str]], headline: Headline = "
     differs = row.busy_differs()
     values: dict[str, str] = {
         "#": str(row.case_index),
-        "case": row.case.label(),
+        "case": row.label(),
         "scheme": row.scheme or row.case.scheme(),
         "side": row.side,
         "status": status or row.status,
@@ -173,6 +173,6 @@ def layers_table(rows: Iterable[RowLike]) -> Optional[Table]:
         for name, info in ((r.host.layers if r.host else None) or {}).items():
             any_layer = True
             vs = info.get("error") or info.get("output_vs_public", {}).get("result") or info.get("same_as", "")
-            t.add_row(str(r.case_index), term(r.case.label()), term(name), fmt(info.get("host_us_per_call"), 2),
+            t.add_row(str(r.case_index), term(r.label()), term(name), fmt(info.get("host_us_per_call"), 2),
                       fmt(info.get("iqr_us"), 2), term(vs))
     return t if any_layer else None

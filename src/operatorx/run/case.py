@@ -36,9 +36,10 @@ from operatorx.result import (
     compute_rates,
     json_safe,
 )
+from operatorx.run.case_gate import case_refusal, gate_case
 from operatorx.run.config import RunConfig
 from operatorx.run.faults import classify_message
-from operatorx.spec import Case, GemmArgs
+from operatorx.spec import Case
 
 __all__ = ["CaseRunner", "Timer", "prepare_and_check"]
 
@@ -50,6 +51,9 @@ def prepare_and_check(backend: Optional[Backend], backend_name: str, case: Case,
     The prepared case is appended to `held` as soon as it exists, so the caller releases it
     whatever happens next. A library's own "no kernel for that" while preparing is `unsupported`.
     """
+    why_not = case_refusal(case)
+    if why_not is not None:
+        return "unsupported", why_not, None
     if backend is None:
         return "unsupported", f"backend {backend_name!r} has no {case.type} op", None
     if device == "cpu" and case.flops() > cpu_max_gflop * 1e9:
@@ -89,10 +93,8 @@ def _peak(case: Case, peaks: Optional[Peaks]) -> Optional[Peak]:
     """The peaks that apply to the case's compute class (None without a peak table)."""
     if peaks is None:
         return None
-    args = case.args
-    cls = compute_class(args.a.dtype, args.b.dtype) if isinstance(args, GemmArgs) else \
-        compute_class(args.experts.a1.dtype, args.experts.w1.dtype)
-    return peaks.part(cls)      # the datasheet peaks, the GPU's measured ones beside (platform/calibrate.py)
+    # the datasheet peaks, the GPU's measured ones beside (platform/calibrate.py)
+    return peaks.part(compute_class(*case.args.peak_dtypes()))
 
 
 def _error_kind(err: BaseException) -> ErrorKind:
@@ -151,6 +153,11 @@ class CaseRunner:
     def _attempt(self, case: Case, held: list[Prepared], index: int) -> tuple[str, Optional[str], dict[str, Any]]:
         """(status, message, the row's typed parts by field); the prepared case goes into `held` as
         soon as it exists."""
+        gate = gate_case(case, self.config.rank_local)
+        if gate.timed is None:
+            return "unsupported", gate.reason, {}
+        shard = {"rank_local": gate.rank_local} if gate.rank_local is not None else {}
+        case = gate.timed                   # the case itself, or the one rank's shard the row says it is
         backend = get_backend(self.config.backend, case.type)
         t0 = time.perf_counter()
         status, message, check = prepare_and_check(backend, self.config.backend, case, self.device.kind,
@@ -158,12 +165,13 @@ class CaseRunner:
         self._seconds["prepare_check"] = time.perf_counter() - t0
         if status != "ok" or check is None:
             parts = {"check": _check(check), "extra": json_safe(held[0].metadata)} if check is not None else {}
-            return status, message, parts
+            return status, message, {**parts, **shard}
         prepared = held[0]
         try:
             parts = self._measure(case, prepared, index)
         except NotMeasurable as err:
-            return "unsupported", err.reason, {"check": _check(check), "extra": json_safe(prepared.metadata)}
+            return "unsupported", err.reason, {"check": _check(check), "extra": json_safe(prepared.metadata), **shard}
+        parts.update(shard)
         parts["check"] = _check(check)
         if self.config.host:
             from operatorx.measure.activity import activity_paused

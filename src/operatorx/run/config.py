@@ -77,6 +77,9 @@ class RunConfig:
     host: bool = False
     """Also measure host µs per call (and per layer) after device timing: `metrics["host"]`."""
     host_timing: HostTimeSettings = field(default_factory=HostTimeSettings)
+    rank_local: bool = False
+    """Time one rank's shard of each split case (tp·dp > 1) on one device, collectives left out, and
+    say so on its row (spec/shard.py); without it such a case is `unsupported` with the GPUs it needs."""
     recalibrate: bool = False
     """Measure each GPU's peaks again (platform/calibrate.py) instead of reading the cached ones."""
 

@@ -1,21 +1,20 @@
-"""A case: one op (`gemm` or `moe`) with its args, and the checkpoint layers that run it."""
+"""A case: one op (an op type of `spec/op_types.py`) with its args, and the checkpoint layers that run it."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Literal, Union
+from typing import Any, Optional
 
-from pydantic import ValidationInfo, field_validator, model_validator
+from pydantic import SerializeAsAny, ValidationInfo, field_validator, model_validator
 
 from operatorx.spec.base import SpecModel
-from operatorx.spec.gemm import GemmArgs
-from operatorx.spec.moe import MoeArgs
+from operatorx.spec.op_type import OpArgs
+from operatorx.spec.op_types import OP_TYPES, known_types
+from operatorx.spec.parallel import Parallel
+from operatorx.spec.spelling import todays_spelling
 
-__all__ = ["Case", "OpType", "ARGS_BY_TYPE"]
-
-OpType = Literal["gemm", "moe"]
-ARGS_BY_TYPE: dict[str, type[SpecModel]] = {"gemm": GemmArgs, "moe": MoeArgs}
+__all__ = ["Case"]
 
 
 class Case(SpecModel):
@@ -29,8 +28,8 @@ class Case(SpecModel):
     testlist carried, kept as written) are metadata like `sources`: they never change `key()`.
     """
 
-    type: OpType
-    args: Union[GemmArgs, MoeArgs]
+    type: str
+    args: SerializeAsAny[OpArgs]
     sources: list[str] = []
     recipes: list[str] = []
     metadata: dict[str, Any] = {}
@@ -38,6 +37,8 @@ class Case(SpecModel):
     @model_validator(mode="before")
     @classmethod
     def _join_names(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            data = todays_spelling(data)
         if not isinstance(data, dict) or "name" not in data:
             return data
         data = dict(data)
@@ -58,12 +59,19 @@ class Case(SpecModel):
             data["sources"] = [f"{s}/{n}" for s, n in zip(sources, names, strict=True)]
         return data
 
+    @field_validator("type")
+    @classmethod
+    def _known_type(cls, value: str) -> str:
+        if value not in OP_TYPES:
+            raise ValueError(f"{value!r} is not an op type OperatorX or upstream defines (known: {known_types()})")
+        return value
+
     @field_validator("args", mode="wrap")
     @classmethod
     def _args_of_type(cls, value: Any, handler: Any, info: ValidationInfo) -> Any:
-        model = ARGS_BY_TYPE.get(info.data.get("type", ""))
-        if model is None:
-            raise ValueError("args cannot be read without a valid type")
+        model = OP_TYPES.get(info.data.get("type", ""))
+        if model is None:       # the type's own error says what is wrong; args cannot be read without it
+            return value
         return value if isinstance(value, model) else model.model_validate(value)
 
     @field_validator("sources", "recipes")
@@ -76,8 +84,12 @@ class Case(SpecModel):
 
     # --- identity -------------------------------------------------------------------------
     def args_dict(self) -> dict[str, Any]:
-        """The args as plain JSON data, optional fields left out when unset."""
-        return self.args.model_dump(mode="json", exclude_none=True)
+        """The args as plain JSON data, optional fields left out when unset, `parallel` last (as
+        upstream's files write it)."""
+        out = self.args.model_dump(mode="json", exclude_none=True)
+        if "parallel" in out:
+            out["parallel"] = out.pop("parallel")
+        return out
 
     def key(self) -> str:
         """Canonical identity: type and args as sorted JSON."""
@@ -104,7 +116,27 @@ class Case(SpecModel):
             out["metadata"] = dict(self.metadata)
         return out
 
-    # --- what the op costs ------------------------------------------------------------------
+    # --- what the op is and costs (the op type answers) -------------------------------------
+    @property
+    def implemented(self) -> bool:
+        """False for an upstream op type this version loads but has no backend for yet."""
+        return type(self.args).IMPLEMENTED
+
+    @property
+    def family(self) -> str:
+        """The op family (`gemm`, `moe`, `attention`)."""
+        return type(self.args).FAMILY
+
+    @property
+    def parallel(self) -> Optional[Parallel]:
+        """The split the case runs under (None: one device)."""
+        return self.args.parallel
+
+    @property
+    def world(self) -> int:
+        """The ranks the case runs over: tp·dp (1 without a split)."""
+        return 1 if self.args.parallel is None else self.args.parallel.world
+
     def flops(self) -> int:
         return self.args.flops()
 
@@ -115,12 +147,8 @@ class Case(SpecModel):
         return self.args.scheme()
 
     def label(self) -> str:
-        """A short human label: `gemm 1x7168x2048` or `moe T=8 E=256 k=8 H=7168`."""
-        a = self.args
-        if isinstance(a, GemmArgs):
-            return f"gemm {a.m}x{a.n}x{a.k}"
-        e = a.experts
-        return f"moe T={a.tokens} E={e.num} k={e.top_k} H={a.hidden} I={e.inter} {a.routing.name}"
+        """A short human label: `gemm 1x7168x2048`, `gemm 8x7168x33792 tp8`, `moe T=8 E=256 k=8 ...`."""
+        return self.args.label()
 
     def with_sources(self, sources: list[str]) -> Case:
         return self.model_copy(update={"sources": list(sources)})

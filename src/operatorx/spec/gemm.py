@@ -2,21 +2,36 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal, Optional, Union
 
-from pydantic import PositiveInt, model_validator
+from pydantic import PositiveInt, field_validator, model_validator
 
-from operatorx.spec.base import SpecModel
 from operatorx.spec.dtypes import ELEMENT_BITS, OutDType
+from operatorx.spec.op_type import OpArgs
 from operatorx.spec.operand import Operand, check_group
-from operatorx.spec.parallel import Parallel
+from operatorx.spec.parallel import Parallel, check_family_axes
+from operatorx.spec.shard import (
+    NO_LAYER_SHAPES,
+    VOCAB_PADDING,
+    GemmSplit,
+    LayerShapes,
+    ShardRefused,
+    divide,
+    split_of_role,
+)
 
 __all__ = ["GemmArgs"]
 
 GemmActivation = Literal["silu", "gelu", "gelu_tanh", "relu"]
 
 
-class GemmArgs(SpecModel):
+class GemmArgs(OpArgs):
+    """out[M, N] = a[M, K] @ b[N, K].T of the whole layer; `parallel.tp` splits it over tp ranks."""
+
+    FAMILY = "gemm"
+    SIZE_AXIS = "m"
+
     m: PositiveInt
     n: PositiveInt
     k: PositiveInt
@@ -26,6 +41,11 @@ class GemmArgs(SpecModel):
     bias: Optional[Union[bool, OutDType]] = None
     activation: Optional[GemmActivation] = None
     parallel: Optional[Parallel] = None
+
+    @field_validator("parallel")
+    @classmethod
+    def _gemm_axes(cls, parallel: Optional[Parallel]) -> Optional[Parallel]:
+        return check_family_axes(parallel, "gemm")
 
     @model_validator(mode="after")
     def _groups_tile(self) -> GemmArgs:
@@ -55,3 +75,55 @@ class GemmArgs(SpecModel):
         """Short scheme label: `bf16`, or `a=<..> b=<..>` when quantized."""
         a, b = self.a.scheme_name(), self.b.scheme_name()
         return a if a == b and self.a.scale is None else f"a={a} b={b}"
+
+    def label(self) -> str:
+        return f"gemm {self.m}x{self.n}x{self.k}{self.split_label()}"
+
+    def size(self) -> int:
+        return self.m
+
+    def family(self) -> str:
+        return f"gemm Mx{self.n}x{self.k}{self.split_label()}"
+
+    def peak_dtypes(self) -> tuple[str, str]:
+        return self.a.dtype, self.b.dtype
+
+    def rank_shard(self, sources: Sequence[str],
+                   shapes: LayerShapes = NO_LAYER_SHAPES) -> tuple[GemmArgs, str]:
+        """(the GEMM one tp rank runs, the rule), split as the sources' role says (spec/shard.py);
+        ShardRefused when no role says, or the roles disagree."""
+        tp = self.parallel.tp if self.parallel is not None else 1
+        if not sources:
+            raise ShardRefused("no sources: the layer's role decides how a tp GEMM splits, and this case names none")
+        splits: dict[GemmSplit, str] = {}
+        for source in sources:
+            role = source.rpartition("/")[2]
+            kind = split_of_role(role)
+            if kind is None:
+                raise ShardRefused(f"role {role!r} ({source}): no split rule for it (column, row, vocab, replicated)")
+            splits.setdefault(kind, source)
+        if len(splits) > 1:
+            said = ", ".join(f"{k} ({s})" for k, s in splits.items())
+            raise ShardRefused(f"the sources disagree on the split: {said}")
+        ((split, source),) = splits.items()
+        exact = shapes.rank_shape(source, tp, (self.n, self.k))
+        n, k = exact if exact is not None else (self.n, self.k)
+        if exact is None and split == "column":
+            n = divide(self.n, tp, "n")
+        elif exact is None and split == "row":
+            k = divide(self.k, tp, "k")
+        elif exact is None and split == "vocab":
+            n = divide(-(-self.n // VOCAB_PADDING) * VOCAB_PADDING, tp, f"n padded to {VOCAB_PADDING}")
+        moved = [f"{name} {full} -> {part}" for name, full, part in (("n", self.n, n), ("k", self.k, k))
+                 if full != part]
+        how = ", ".join(moved) if moved else "every rank runs the whole GEMM"
+        rule = f"{split}-parallel" if split != "replicated" else "replicated"
+        rule += f" by role {source.rpartition('/')[2]}: {how}"
+        if exact is not None:
+            rule += " (the catalog's layer)"
+        data = {**self.model_dump(mode="json", exclude_none=True), "n": n, "k": k}
+        data.pop("parallel", None)
+        try:
+            return GemmArgs.model_validate(data), rule
+        except ValueError as err:   # e.g. a K block scale that the shard's K no longer tiles
+            raise ShardRefused(f"the shard ({rule}) is not a valid GEMM: {err}") from err

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Literal, Optional, Union
 
-from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
+from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, field_validator, model_validator
 
 from operatorx.spec.base import SpecModel
 from operatorx.spec.dtypes import ELEMENT_BITS, OutDType
+from operatorx.spec.op_type import OpArgs
 from operatorx.spec.operand import Operand, check_group
-from operatorx.spec.parallel import Parallel
+from operatorx.spec.parallel import Parallel, check_family_axes
+from operatorx.spec.shard import NO_LAYER_SHAPES, LayerShapes, ShardRefused, divide
 
 __all__ = [
     "MoeArgs", "Experts", "Router", "Gate", "TopK", "GroupedTopK", "HashSelect",
@@ -101,7 +104,13 @@ class Routing(SpecModel):
         return d if isinstance(d, str) else f"zipf{d.s:g}"
 
 
-class MoeArgs(SpecModel):
+class MoeArgs(OpArgs):
+    """One MoE layer of the whole model (every expert, the full intermediate sizes), for `tokens`
+    tokens of each dp group; `parallel` splits it over tp·dp ranks."""
+
+    FAMILY = "moe"
+    SIZE_AXIS = "tokens"
+
     tokens: PositiveInt
     hidden: PositiveInt
     out: OutDType = "bf16"
@@ -116,6 +125,11 @@ class MoeArgs(SpecModel):
     def width(self) -> int:
         """The width the experts run in: the latent width when set, else `hidden`."""
         return self.experts.latent or self.hidden
+
+    @field_validator("parallel")
+    @classmethod
+    def _moe_axes(cls, parallel: Optional[Parallel]) -> Optional[Parallel]:
+        return check_family_axes(parallel, "moe")
 
     @model_validator(mode="after")
     def _consistent(self) -> MoeArgs:
@@ -193,3 +207,50 @@ class MoeArgs(SpecModel):
         w1 = self.experts.w1.scheme_name()
         a1 = self.experts.a1.scheme_name()
         return w1 if a1 == w1 else f"a={a1} w={w1}"
+
+    def label(self) -> str:
+        e = self.experts
+        return (f"moe T={self.tokens} E={e.num} k={e.top_k} H={self.hidden} I={e.inter} "
+                f"{self.routing.name}{self.split_label()}")
+
+    def size(self) -> int:
+        return self.tokens
+
+    def family(self) -> str:
+        e = self.experts
+        return f"moe T=M E={e.num} k={e.top_k} H={self.hidden} I={e.inter} {self.routing.name}{self.split_label()}"
+
+    def peak_dtypes(self) -> tuple[str, str]:
+        return self.experts.a1.dtype, self.experts.w1.dtype
+
+    def rank_shard(self, sources: Sequence[str] = (), shapes: LayerShapes = NO_LAYER_SHAPES) -> tuple[MoeArgs, str]:
+        """(the MoE layer one rank runs, the rule), collectives left out; ShardRefused where one rank's
+        work is no single `moe` case."""
+        p = self.parallel
+        if p is None:
+            return self, "one device: the whole layer"
+        if p.ep > 1:
+            local = divide(self.experts.num, p.ep, "experts.num")
+            raise ShardRefused(f"ep={p.ep}: a rank's {local} local experts take the token-expert pairs routed to "
+                               f"them from all {p.world} ranks, which one device cannot stand in for; this needs "
+                               "the multi-rank path")
+        if p.dp > 1 and self.shared is not None:
+            raise ShardRefused(f"dp={p.dp}: a rank's shared experts see its own batch while its routed experts see "
+                               f"all {p.dp} batches; one rank-local case cannot hold both")
+        world = p.world
+        inter = divide(self.experts.inter, world, "experts.inter")
+        data = self.model_dump(mode="json", exclude_none=True)
+        data.pop("parallel", None)
+        data["tokens"] = self.tokens * p.dp
+        data["experts"] = {**data["experts"], "inter": inter}
+        moved = [f"experts.inter {self.experts.inter} -> {inter}"]
+        if p.dp > 1:
+            moved.append(f"tokens {self.tokens} -> {self.tokens * p.dp} (the {p.dp} dp batches its experts see)")
+        if self.shared is not None:
+            s_inter = divide(self.shared.inter, p.tp, "shared.inter")
+            data["shared"] = {**data["shared"], "inter": s_inter}
+            moved.append(f"shared.inter {self.shared.inter} -> {s_inter}")
+        try:
+            return MoeArgs.model_validate(data), f"experts tensor-parallel over {world}: {', '.join(moved)}"
+        except ValueError as err:
+            raise ShardRefused(f"the shard is not a valid MoE layer: {err}") from err

@@ -140,8 +140,24 @@ def load_testlist(path: str | os.PathLike[str], on_warning: Optional[Callable[[s
     return parse_cases(read_json(path), str(path), on_warning)
 
 
+def _merged_deployment(have: dict[str, Any], more: dict[str, Any]) -> Optional[dict[str, Any]]:
+    """`metadata.deployment` of two copies of a per-rank case, each axis's sizes unioned and sorted
+    (the catalog writes `{"tp": [8]}`: the TP deployments that run this per-rank shape); None when
+    nothing is added."""
+    a, b = have.get("deployment"), more.get("deployment")
+    if not isinstance(a, dict) or not isinstance(b, dict) or a == b:
+        return None
+    out = dict(a)
+    for axis, sizes in b.items():
+        old = out.get(axis, [])
+        if isinstance(old, list) and isinstance(sizes, list):
+            out[axis] = sorted(set(old) | set(sizes), key=str)
+    return out if out != a else None
+
+
 def merge_cases(cases: Iterable[Case]) -> list[Case]:
-    """Dedupe by (type, args), first-seen order; the survivors carry the union of sources."""
+    """Dedupe by (type, args), first-seen order; the survivors carry the union of sources, recipes
+    and `metadata.deployment` sizes."""
     merged: dict[str, Case] = {}
     for case in cases:
         key = case.key()
@@ -154,6 +170,10 @@ def merge_cases(cases: Iterable[Case]) -> list[Case]:
             more = [r for r in case.recipes if r not in recipes]
             if more:
                 merged[key] = merged[key].model_copy(update={"recipes": recipes + more})
+            deployment = _merged_deployment(merged[key].metadata, case.metadata)
+            if deployment is not None:
+                merged[key] = merged[key].model_copy(
+                    update={"metadata": {**merged[key].metadata, "deployment": deployment}})
         else:
             merged[key] = case
     return list(merged.values())

@@ -1,5 +1,8 @@
 """`operatorx testlist upgrade`: the older flat testlist formats → the descriptor format.
 
+Upstream's `moe_layer` type and `quant` slot spelling load as they are (spec/spelling.py); the
+upgrade writes them in today's spelling too.
+
 Two older forms exist upstream:
 - gemm with dtype strings: `{"type": "gemm", "name": "...", "args": {"m", "n", "k", "dtype_a",
   "dtype_b", "dtype_out", "bias"?, "activation"?}}`;
@@ -13,9 +16,13 @@ What they meant, and so what each becomes:
   standard block scales; `fp8` in a gemm a per-tensor FP8 GEMM (one static fp32 scale per operand,
   as the old backends ran torch._scaled_mm), in an MoE DeepSeek block FP8 (1x128 dynamic
   activation scales, 128x128 weight blocks), the only FP8 MoE the old backends ran.
-- our shapes are per rank: experts.num = num_experts / expert_parallel_size, experts.inter =
-  intermediate / routed_tensor_parallel_size, shared.inter = intermediate /
-  shared_tensor_parallel_size; the sizes are kept in `parallel` (tp = the routed TP, ep).
+- the sizes are the whole layer's, and so are ours; the split goes into `parallel` in upstream's
+  meaning (docs/case-format.md): TP within the experts is `tp`; expert parallelism over E ranks
+  with whole experts per rank is `{tp: E, ep: E}` (every rank sees the batch, as vLLM runs
+  TP attention with EP experts; how an EP layer splits its shared experts is the backend's choice
+  there, so the old shared-expert TP is dropped). The old format's other grids (EP across TP
+  groups, a shared-expert TP other than the routed one without EP) have no upstream equivalent
+  and are refused by field.
 - the old MoE format has no router and (unless `hidden_act` is given) no activation: the upgrade
   writes a bf16 softmax top-k router (renormalized) and SiLU, and says so in a note per file.
 - `expert_distribution`: uniform → natural (random router inputs), zipf → zipf s=1,
@@ -28,6 +35,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from operatorx.spec.spelling import todays_spelling
 from operatorx.spec.testlist import TestlistError, old_format, parse_cases
 
 __all__ = ["UpgradeError", "upgrade_cases", "upgrade_case"]
@@ -108,7 +116,7 @@ class _Case:
             del self.args["world_size"]
         elif "world_size" in self.args:
             self.fail("world_size", f"{self.args.pop('world_size')!r}: a multi-rank case has no equivalent yet "
-                                    "(shapes here are per rank); give the per-rank sizes")
+                                    "here (the old world_size is not upstream's tp·dp); write `parallel`")
         for key in self.args:
             self.fail(key, "has no equivalent in the descriptor format; remove it or write the case by hand")
 
@@ -159,10 +167,15 @@ def _moe(c: _Case) -> dict[str, Any]:
     if distribution is None:
         c.fail("expert_distribution", f"{dist_name!r} has no equivalent (known: {', '.join(_DISTRIBUTIONS)})")
         distribution = "natural"
-    local = c.per_rank("num_experts", num, ep, "expert_parallel_size")
-    experts: dict[str, Any] = {"num": local, "top_k": top_k,
-                               "inter": c.per_rank("intermediate", inter, routed_tp, "routed_tensor_parallel_size"),
-                               "a1": a1, "w1": w, "w2": w, "a2": a1}
+    c.per_rank("num_experts", num, ep, "expert_parallel_size")
+    c.per_rank("intermediate", inter, routed_tp, "routed_tensor_parallel_size")
+    if ep > 1 and routed_tp > 1:
+        c.fail("routed_tensor_parallel_size", f"{routed_tp} with expert_parallel_size={ep}: upstream's split "
+                                              "has no TP inside expert-parallel groups (ep is 1 or tp·dp)")
+    if n_shared and ep == 1 and shared_tp != routed_tp:
+        c.fail("shared_tensor_parallel_size", f"{shared_tp}: the shared experts split like the layer "
+                                              f"({routed_tp} ways) in upstream's split")
+    experts: dict[str, Any] = {"num": num, "top_k": top_k, "inter": inter, "a1": a1, "w1": w, "w2": w, "a2": a1}
     args: dict[str, Any] = {
         "tokens": tokens, "hidden": hidden, "out": "bf16", "experts": experts,
         "router": {"gate": {"dtype": "bf16"}, "scoring": "softmax", "select": {"kind": "topk"},
@@ -171,10 +184,11 @@ def _moe(c: _Case) -> dict[str, Any]:
         "routing": {"distribution": distribution, "seed": 0},
     }
     if n_shared:
-        args["shared"] = {"count": n_shared, "a1": a1, "w1": w, "w2": w,
-                          "inter": c.per_rank("intermediate", inter, shared_tp, "shared_tensor_parallel_size")}
-    if routed_tp > 1 or ep > 1:
-        args["parallel"] = {"tp": routed_tp, **({"ep": ep} if ep > 1 else {})}
+        args["shared"] = {"count": n_shared, "a1": a1, "w1": w, "w2": w, "inter": inter}
+    if ep > 1:
+        args["parallel"] = {"tp": ep, "ep": ep}
+    elif routed_tp > 1:
+        args["parallel"] = {"tp": routed_tp}
     c.leftovers()
     return {"type": "moe", "args": args, **c.meta()}
 
@@ -183,7 +197,8 @@ def upgrade_case(item: Any, origin: str, index: int) -> tuple[Any, bool]:
     """(the case in the descriptor format, whether it was old); UpgradeError if it cannot be."""
     kind = old_format(item)
     if kind is None:
-        return item, False
+        spelled = todays_spelling(item) if isinstance(item, dict) else item
+        return spelled, spelled is not item
     c = _Case(origin, index, item)
     if not isinstance(item.get("args"), dict):
         raise UpgradeError([f"{c.where}: args: an object is required"])
@@ -204,14 +219,16 @@ def upgrade_cases(data: Any, origin: str) -> tuple[list[dict[str, Any]], list[st
         raise UpgradeError([f"{origin}: a testlist is a JSON array of cases, got {type(data).__name__}"])
     out: list[dict[str, Any]] = []
     problems: list[str] = []
-    moe_count = gemm_count = 0
+    moe_count = gemm_count = respelled = 0
     for index, item in enumerate(data):
         try:
             new, was_old = upgrade_case(item, origin, index)
         except UpgradeError as err:
             problems += err.problems
             continue
-        if was_old:
+        if was_old and old_format(item) is None:
+            respelled += 1
+        elif was_old:
             moe_count += new["type"] == "moe"
             gemm_count += new["type"] == "gemm"
         out.append(new)
@@ -221,8 +238,10 @@ def upgrade_cases(data: Any, origin: str) -> tuple[list[dict[str, Any]], list[st
         parse_cases(out, f"{origin} (upgraded)", on_warning=lambda _msg: None)
     except TestlistError as err:
         raise UpgradeError(err.all_problems) from err
-    notes = [f"{gemm_count} gemm and {moe_count} moe cases converted, {len(out) - gemm_count - moe_count} "
+    notes = [f"{gemm_count} gemm and {moe_count} moe cases converted, {len(out) - gemm_count - moe_count - respelled} "
              "already in the descriptor format"]
+    if respelled:
+        notes.append(f"{respelled} cases in upstream's moe_layer / `quant` spelling written as `moe` with a1/w1/w2/a2")
     if moe_count:
         notes.append("the old MoE format names no router or activation: written as a bf16 softmax top-k router "
                      "(renormalized) and SiLU; edit them where the model differs")

@@ -4,6 +4,7 @@ result document (`Row.to_json()`), cleaned (web/safe.py) on the way in. Pages ge
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import asdict, dataclass
@@ -101,14 +102,28 @@ def case_key(op: dict[str, Any]) -> str:
     return json.dumps({"type": op.get("type"), "args": op.get("args")}, sort_keys=True, separators=(",", ":"))
 
 
-def _family(op_type: str, args: dict[str, Any], label: str, scheme: str) -> tuple[Optional[int], str]:
-    if op_type == "gemm":
-        m = args.get("m")
-        return (m if isinstance(m, int) else None), f"gemm Mx{args.get('n')}x{args.get('k')} {scheme}".strip()
-    if op_type == "moe":
-        t = args.get("tokens")
-        return (t if isinstance(t, int) else None), f"{re.sub(r'T=[0-9]+', 'T=M', label)} {scheme}".strip()
-    return None, f"{label} {scheme}".strip()
+@functools.lru_cache(maxsize=65536)
+def _size_family(case_key: str) -> tuple[Optional[int], Optional[str]]:
+    """(the size the Shape page plots against, the family label) as the case's op type answers them;
+    (None, None) for a row this version cannot read as a case."""
+    from pydantic import ValidationError
+
+    from operatorx.spec import Case
+
+    try:
+        data = json.loads(case_key)
+        case = Case.model_validate({"type": data["type"], "args": data["args"]})
+    except (ValidationError, ValueError, KeyError, TypeError, RecursionError):
+        return None, None
+    return case.args.size(), case.args.family()
+
+
+def _family(op: dict[str, Any], label: str, scheme: str, rank_local: bool) -> tuple[Optional[int], str]:
+    size, family = _size_family(case_key(op))
+    family = family or label
+    if rank_local:                 # a shard's line is never drawn through the whole layer's
+        family += " [rank-local]"
+    return size, f"{family} {scheme}".strip()
 
 
 def _split_source(source: str) -> tuple[str, str]:
@@ -120,10 +135,10 @@ def _split_source(source: str) -> tuple[str, str]:
 def row_view(r: dict[str, Any]) -> RowView:
     op = r.get("op") or {}
     m = r.get("metrics") or {}
-    op_type, args = str(op.get("type", "")), op.get("args") or {}
+    op_type = str(op.get("type", ""))
     label = clean_text(str(r.get("label") or op_type))
     scheme = clean_text(str(m.get("scheme") or ""))
-    size, family = _family(op_type, args, label, scheme)
+    size, family = _family(op, label, scheme, isinstance(m.get("rank_local"), dict))
     sources = [clean_text(str(s)) for s in op.get("sources") or []]
     split = [_split_source(s) for s in sources]
     flops, min_bytes = _float(m.get("flops")), _float(m.get("min_bytes"))
