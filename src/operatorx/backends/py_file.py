@@ -33,7 +33,8 @@ from operatorx.backends.check import CHECK_ROWS, REL_ERROR_BOUND, rel_error
 from operatorx.backends.names import is_user_spec
 from operatorx.spec import Case, GemmArgs
 
-__all__ = ["UserBackend", "user_backend", "load_user_function", "parse_settings", "gemm_inputs", "is_user_spec"]
+__all__ = ["UserBackend", "user_backend", "load_user_function", "parse_settings", "gemm_inputs", "is_user_spec",
+           "warm"]
 
 _LOADED: dict[tuple[str, str], Any] = {}
 _HANDED_OUT: ContextVar[Optional[list[dict[str, Any]]]] = ContextVar("operatorx_user_inputs", default=None)
@@ -245,3 +246,8 @@ class UserBackend:
 
 def user_backend(name: str, op_type: str) -> UserBackend:
     return UserBackend(name, op_type)
+
+
+def warm(backend_name: str, device_kind: str) -> None:
+    """Import the user's module before the first case (its import time is the worker's)."""
+    load_user_function(backend_name)

@@ -1,31 +1,27 @@
-"""Backends by (name, op type). Registration checks the protocol and refuses duplicates."""
+"""Backends by (name, op type): the backend table (backends/names.py), plus any registered at run time.
+
+Nothing registers on import: a shipped backend's class is imported when a case of its op type is
+first prepared. `register_backend` adds one more (a test's, a plugin's); it refuses duplicates and
+checks the protocol when the backend is built.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from operatorx.backends.base import Backend
-from operatorx.backends.names import BUILTIN_BACKENDS, is_user_spec
+from operatorx.backends.names import BACKENDS, BUILTIN_BACKENDS, is_user_spec
 
 __all__ = ["register_backend", "get_backend", "backend_names", "known_backend_names", "BUILTIN_BACKENDS"]
 
 _FACTORIES: dict[tuple[str, str], Callable[[], Backend]] = {}
-_LOADED = False
 
 
 def register_backend(name: str, op_type: str, factory: Callable[[], Backend]) -> None:
     key = (name, op_type)
-    if key in _FACTORIES:
+    if key in _FACTORIES or op_type in (BACKENDS[name].ops if name in BACKENDS else {}):
         raise ValueError(f"backend {name!r} for {op_type!r} is registered twice")
     _FACTORIES[key] = factory
-
-
-def _load_builtins() -> None:
-    global _LOADED
-    if not _LOADED:
-        _LOADED = True
-        from operatorx.backends import torch as _torch  # noqa: F401  (registers on import)
-        from operatorx.backends import vllm as _vllm  # noqa: F401  (imports vLLM only when a case is prepared)
 
 
 def get_backend(name: str, op_type: str) -> Backend | None:
@@ -38,8 +34,9 @@ def get_backend(name: str, op_type: str) -> Backend | None:
         from operatorx.backends.py_file import user_backend
 
         return user_backend(name, op_type)
-    _load_builtins()
     factory = _FACTORIES.get((name, op_type))
+    if factory is None and name in BACKENDS:
+        factory = BACKENDS[name].factory(op_type)
     if factory is None:
         return None
     backend = factory()
@@ -49,11 +46,10 @@ def get_backend(name: str, op_type: str) -> Backend | None:
 
 
 def backend_names() -> list[str]:
-    _load_builtins()
-    return sorted({name for name, _ in _FACTORIES})
+    return sorted(set(BUILTIN_BACKENDS) | {name for name, _ in _FACTORIES})
 
 
 def known_backend_names() -> list[str]:
-    """The names `backend_names` gives, without importing the built-in backends (and so torch):
-    what a sweep's parent process checks a `--backend` against."""
-    return sorted(set(BUILTIN_BACKENDS) | {name for name, _ in _FACTORIES})
+    """The backend names, without importing any backend (and so torch): what a sweep's parent
+    checks a `--backend` against."""
+    return backend_names()

@@ -13,12 +13,13 @@ import io
 from typing import Any, Optional
 
 from operatorx.report.safe import csv_cell
+from operatorx.shown import SHOWN, shown_values
 from operatorx.spec import Case
 
 __all__ = ["CSV_FIELDS", "document_csv"]
 
 CSV_FIELDS = ["case_index", "type", "label", "m", "n", "k", "tokens", "scheme", "backend", "side", "status",
-              "latency_us", "tflops", "gbps", "pct_peak", "method", "clock", "checked", "error_kind", "message",
+              *(metric.key for metric in SHOWN), "rank_local", "method", "clock", "checked", "error_kind", "message",
               "sources", "ab_clock", "a_latency_us", "b_latency_us", "diff_us", "ci_low_us", "ci_high_us",
               "verdict"]
 
@@ -32,6 +33,14 @@ def _scheme(row: dict[str, Any]) -> Optional[str]:
         return Case.model_validate({"type": row["op"]["type"], "args": row["op"]["args"]}).scheme()
     except Exception:   # an older or partial document: leave the cell empty
         return None
+
+
+def _rank_local(metrics: dict[str, Any]) -> Optional[str]:
+    """`0/8 row-parallel ...`: the shard a --rank-local row timed; empty for a row of the whole case."""
+    shard = metrics.get("rank_local")
+    if not isinstance(shard, dict):
+        return None
+    return f"{shard.get('rank', 0)}/{shard.get('world', '?')} {shard.get('rule', '')}".strip()
 
 
 def _ab(metrics: dict[str, Any]) -> dict[str, Any]:
@@ -59,8 +68,8 @@ def document_csv(doc: dict[str, Any]) -> str:
             "case_index": row.get("case_index"), "type": row["op"]["type"], "label": row.get("label"),
             "m": args.get("m"), "n": args.get("n"), "k": args.get("k"), "tokens": args.get("tokens"),
             "scheme": _scheme(row), "backend": row["op"].get("backend"), "side": row.get("side"),
-            "status": row.get("status"), "latency_us": m.get("latency_us"), "tflops": m.get("tflops"),
-            "gbps": m.get("gbps"), "pct_peak": m.get("pct_peak"), "method": m.get("method"), "clock": m.get("clock"),
+            "status": row.get("status"), **shown_values(m),
+            "rank_local": _rank_local(m), "method": m.get("method"), "clock": m.get("clock"),
             "checked": check.get("checked", True) if isinstance(check, dict) else None,
             "error_kind": row.get("error_kind"), "message": row.get("message"),
             "sources": list(row["op"].get("sources") or []), **_ab(m),

@@ -67,8 +67,8 @@ _SECTIONS: tuple[tuple[str, str, type[BaseModel]], ...] = (
     ("Conditions", "Row.conditions", rm.Conditions),
     ("What ran", "Row.ran", rm.WhatRan),
 )
-_ROW_KEYS = ("scheme", "check", "host", "case_seconds", "worker", "extra", "traceback", "memory", "worker_stderr_tail",
-             "failures", "ab")
+_ROW_KEYS = ("scheme", "check", "host", "case_seconds", "worker", "extra", "rank_local", "traceback", "memory",
+             "worker_stderr_tail", "failures", "ab")
 _PARTS: tuple[tuple[str, type[BaseModel]], ...] = (
     ("`summary_us`", rm.Summary), ("`warmup`", rm.Warmup), ("`timing`", rm.TimingInfo), ("`peak`", rm.Peak),
     ("`telemetry`", rm.Telemetry), ("`profile`", rm.KernelProfile), ("`profile.kernels[]`", rm.Kernel),

@@ -18,11 +18,16 @@ from rich.table import Table
 from operatorx.report.fit import FitTable, column_options
 from operatorx.report.safe import term
 from operatorx.result import Headline, Row
+from operatorx.shown import SHOWN_BY_KEY
 
 __all__ = ["rows_table", "layers_table", "fmt", "row_cells", "row_columns", "row_note", "as_rows", "RowLike"]
 
 RowLike = Union[Row, dict[str, Any]]
 _STATUS_STYLE = {"ok": "green", "unsupported": "yellow", "error": "red", "missing": "magenta"}
+_TITLE = {key: metric.title for key, metric in SHOWN_BY_KEY.items()}
+#: The rates the table shows at the headline time (Row.rates_at); span_us and gaps_us are this
+#: table's own views of latency_us and busy_us.
+_RATES = ("tflops", "gbps", "pct_peak")
 
 
 def fmt(value: Optional[float], digits: int = 1) -> str:
@@ -111,12 +116,12 @@ def row_columns(rows: Iterable[RowLike], headline: Headline = "span") -> list[tu
     columns = [("#", "right"), ("case", "left"), ("scheme", "left")]
     if any(r.side for r in typed):
         columns.append(("side", "left"))
-    columns += [("status", "left"), ("busy_us" if headline == "busy" else "latency_us", "right")]
+    columns += [("status", "left"), (_TITLE["busy_us" if headline == "busy" else "latency_us"], "right")]
     if any(r.busy_differs() for r in typed):
-        columns += [("span_us" if headline == "busy" else "busy_us", "right"), ("gaps_us", "right")]
+        columns += [("span_us" if headline == "busy" else _TITLE["busy_us"], "right"), ("gaps_us", "right")]
     if any(r.host is not None for r in typed):
-        columns.append(("host_us", "right"))
-    return [*columns, ("TFLOP/s", "right"), ("GB/s", "right"), ("% peak", "right"), ("note", "left")]
+        columns.append((_TITLE["host_us"], "right"))
+    return [*columns, *((_TITLE[k], "right") for k in _RATES), ("note", "left")]
 
 
 def row_cells(r: RowLike, columns: list[tuple[str, str]], headline: Headline = "span",
@@ -125,20 +130,22 @@ def row_cells(r: RowLike, columns: list[tuple[str, str]], headline: Headline = "
     row = r if isinstance(r, Row) else Row.from_json(r)
     rates = row.rates_at(headline)
     differs = row.busy_differs()
+    time_digits = SHOWN_BY_KEY["latency_us"].digits
+    numbers: dict[str, Optional[float]] = {       # by shown metric (shown.py); rates at the headline time
+        "latency_us": row.latency_us,
+        "busy_us": row.headline_us("busy") if headline == "busy" else row.busy_us if differs else None,
+        "host_us": row.host.host_us_per_call if row.host else None,
+        **{k: getattr(rates, k) if rates else None for k in _RATES},
+    }
     values: dict[str, str] = {
         "#": str(row.case_index),
         "case": row.label(),
         "scheme": row.scheme or row.case.scheme(),
         "side": row.side,
         "status": status or row.status,
-        "latency_us": fmt(row.latency_us, 2),
-        "busy_us": fmt(row.headline_us("busy") if headline == "busy" else row.busy_us if differs else None, 2),
-        "span_us": fmt(row.latency_us if differs else None, 2),
-        "gaps_us": fmt(row.gaps_us if differs else None, 2),
-        "host_us": fmt(row.host.host_us_per_call if row.host else None, 2),
-        "TFLOP/s": fmt(rates.tflops if rates else None),
-        "GB/s": fmt(rates.gbps if rates else None),
-        "% peak": fmt(rates.pct_peak if rates else None),
+        "span_us": fmt(row.latency_us if differs else None, time_digits),
+        "gaps_us": fmt(row.gaps_us if differs else None, time_digits),
+        **{_TITLE[k]: fmt(v, SHOWN_BY_KEY[k].digits) for k, v in numbers.items()},
     }
     return [values[name] for name, _ in columns if name != "note"]
 

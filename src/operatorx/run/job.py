@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional, Protocol
 
-from operatorx.backends.names import is_user_spec
+from operatorx.backends.names import entry_for
 from operatorx.run.config import RunConfig
 
 if TYPE_CHECKING:
@@ -207,25 +207,9 @@ def _warm_backend(backend: str, device_kind: str) -> Optional[str]:
     only what cases keep.
     Returns why warming failed (the cases will say it again, each as its own row)."""
     try:
-        if backend == "vllm" and device_kind == "cuda":
-            from operatorx.backends.vllm.env import VllmEnv, vllm_missing
-
-            if vllm_missing() is None:
-                VllmEnv.get()
-        elif backend == "torch" and device_kind == "cuda":
-            import torch
-
-            # cuBLAS's handle, workspace and first kernels: the first case's prepare on the H200 fell
-            # from 0.22-0.23 s to 0.16-0.20 s (benchmarks §20). Loading its kernels waits for the clock
-            # ramp's spin, as the timer's build after it would anyway (Triton's first launch does).
-            # fp16 where bf16 has no GEMM (before sm_80): a warmup that fails is not a case's failure
-            dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-            a = torch.zeros((16, 16), dtype=dtype, device="cuda")
-            torch.nn.functional.linear(a, a)
-        elif is_user_spec(backend):
-            from operatorx.backends.py_file import load_user_function
-
-            load_user_function(backend)
+        entry = entry_for(backend)
+        if entry is not None:
+            entry.warm_up(device_kind)
     except Exception as err:  # noqa: BLE001 - not the worker's failure: each case reports its own
         return f"{type(err).__name__}: {str(err).strip()[:300]}"
     return None

@@ -45,7 +45,9 @@ def run_info(device: DeviceInfo) -> dict[str, Any]:
     software: dict[str, Any] = {"operatorx": operatorx.__version__, "python": platform.python_version(),
                                 "torch": torch.__version__, "cuda": torch.version.cuda,
                                 "hip": getattr(torch.version, "hip", None)}
-    for dist in ("vllm", "triton", "nvidia-cublas", "nvidia-cublas-cu12"):
+    from operatorx.backends.names import recorded_versions
+
+    for dist in recorded_versions():
         try:
             software[dist] = metadata.version(dist)   # read, not imported: importing vllm is slow
         except metadata.PackageNotFoundError:

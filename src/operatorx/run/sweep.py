@@ -128,23 +128,22 @@ def _device_kind(requested: Optional[str]) -> str:
 
 
 def _check_backend(config: RunConfig) -> None:
-    """A backend name that is not shipped, registered or the user's own code is an error, raised before
-    any worker is spawned. Shipped names and user code are told from the name alone; only another name
-    loads the registry (the case models with it) to look further."""
-    from operatorx.backends.names import BUILTIN_BACKENDS, is_user_spec
+    """A backend name that is not in the backend table, registered or the user's own code is an error,
+    and so is one whose requirement is not installed: raised before any worker is spawned, from the
+    table alone (no backend is imported)."""
+    from operatorx.backends.names import entry_for
 
-    if config.backend not in BUILTIN_BACKENDS and not is_user_spec(config.backend):
+    entry = entry_for(config.backend)
+    if entry is None:
         from operatorx.backends.registry import known_backend_names
 
         if config.backend not in known_backend_names():
             raise ValueError(f"--backend {config.backend}: no such backend (known: "
                              f"{', '.join(known_backend_names())}; or py:FILE.py:FUNC, mod:PKG.MOD:FUNC@DIR)")
-    if config.backend == "vllm":
-        import importlib.util
-
-        if importlib.util.find_spec("vllm") is None:
-            raise ValueError('--backend vllm: vLLM is not installed here; install it with pip install -e ".[vllm]" '
-                             '(or pip install "operatorx[vllm]")')
+        return
+    missing = entry.missing()
+    if missing is not None:
+        raise ValueError(missing)
 
 
 def _slots(spec: JobSpec) -> list[SlotLike]:

@@ -11,6 +11,8 @@ import json
 import math
 from typing import Any, Optional
 
+from operatorx.shown import shown_values
+
 __all__ = ["case_key_of", "case_values", "row_values", "run_values", "RUN_FIELDS"]
 
 # Run fields with their own column; everything else a document's "run" holds is `info`.
@@ -60,14 +62,6 @@ def _model_role(sources: list[Any]) -> tuple[Optional[str], Optional[str]]:
     return (model, role) if sep else (first, None)
 
 
-def _busy_us(m: dict[str, Any]) -> Optional[float]:
-    for v in (m.get("busy_us"), _dict(m.get("timing")).get("busy_us_median"),
-              _dict(m.get("profile")).get("busy_us_median")):
-        if _num(v) is not None:
-            return _num(v)
-    return None
-
-
 def row_values(row: dict[str, Any]) -> dict[str, Any]:
     """Column values of the `rows` table for one row document (without run_id and case_id)."""
     op, m = row["op"], _dict(row.get("metrics"))
@@ -81,8 +75,7 @@ def row_values(row: dict[str, Any]) -> dict[str, Any]:
         "scheme": _str(m.get("scheme")), "model": model, "role": role,
         "m": _int(args.get("m")), "n": _int(args.get("n")), "k": _int(args.get("k")),
         "tokens": _int(args.get("tokens")),
-        "latency_us": _num(m.get("latency_us")), "busy_us": _busy_us(m), "tflops": _num(m.get("tflops")),
-        "gbps": _num(m.get("gbps")), "pct_peak": _num(m.get("pct_peak")),
+        **shown_values(m, stored_only=True),
         "samples_us": samples if isinstance(samples, list) else None, "sources": sources, "record": row,
     }
 

@@ -12,6 +12,7 @@ from urllib.parse import quote
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
+from operatorx.shown import SHOWN
 from operatorx.web.queries import ComparePage, RooflinePage, RunPage
 from operatorx.web.safe import script_json
 from operatorx.web.views import RowView, RunSummary
@@ -94,7 +95,9 @@ def render_runs(runs: list[RunSummary], links: Links) -> str:
 
 
 def render_run(page: RunPage, links: Links) -> str:
-    data = {"page": "run", "run": page.run.to_json(), "rows": _rows_json(page.rows)}
+    data = {"page": "run", "run": page.run.to_json(), "rows": _rows_json(page.rows),
+            "metrics": [m.to_json() for m in SHOWN
+                        if not m.optional or any(r.shown.get(m.key) is not None for r in page.rows)]}
     return _page("run.html", links, f"Run {page.run.id}", data, [page.run.id], run=page.run, info=page.info,
                  reasons=page.reasons, missing=page.missing[:200], missing_total=len(page.missing))
 

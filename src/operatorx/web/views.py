@@ -10,6 +10,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
+from operatorx.shown import shown_values
 from operatorx.web.safe import clean, clean_text
 
 __all__ = ["RunSummary", "RowView", "ReasonGroup", "CompareCase", "run_summary", "row_view", "case_key",
@@ -81,10 +82,7 @@ class RowView:
     models: list[str]
     roles: list[str]
     sources: list[str]
-    latency_us: Optional[float]
-    tflops: Optional[float]
-    gbps: Optional[float]
-    pct_peak: Optional[float]
+    shown: dict[str, Optional[float]]  # every shown metric (shown.py) by key: latency_us, tflops, ...
     flops: Optional[float]
     min_bytes: Optional[float]
     intensity: Optional[float]         # FLOP per byte moved (flops / min_bytes)
@@ -93,8 +91,18 @@ class RowView:
     capped: bool
     clock: Optional[str]
 
+    @property
+    def latency_us(self) -> Optional[float]:
+        return self.shown.get("latency_us")
+
+    @property
+    def tflops(self) -> Optional[float]:
+        return self.shown.get("tflops")
+
     def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)          # shallow: the lists are the view's own, never changed
+        """The view's fields, the shown metrics among them by key (shallow: the lists are the view's own)."""
+        out = {k: v for k, v in self.__dict__.items() if k != "shown"}
+        return {**out, **self.shown}
 
 
 def case_key(op: dict[str, Any]) -> str:
@@ -149,8 +157,7 @@ def row_view(r: dict[str, Any]) -> RowView:
         message=clean_text(str(r.get("message") or "")), backend=clean_text(str(op.get("backend") or "")),
         side=clean_text(str(r.get("side") or "")), scheme=scheme, m=size, family=family,
         models=sorted({s[0] for s in split}), roles=sorted({s[1] for s in split if s[1]}), sources=sources,
-        latency_us=_float(m.get("latency_us")), tflops=_float(m.get("tflops")), gbps=_float(m.get("gbps")),
-        pct_peak=_float(m.get("pct_peak")), flops=flops, min_bytes=min_bytes,
+        shown=shown_values(m), flops=flops, min_bytes=min_bytes,
         intensity=flops / min_bytes if flops and min_bytes else None,
         stop_reason=clean_text(str(m["stop_reason"])) if m.get("stop_reason") else None,
         noise=_float(m.get("noise")), capped=bool(m.get("capped")),

@@ -1,10 +1,4 @@
-"""torch backends: registered on import."""
+"""torch backends: `torch/gemm.py` (cuBLASLt / torch._scaled_mm) and `torch/moe/` (a modular MoE).
 
-from operatorx.backends.registry import register_backend
-from operatorx.backends.torch.gemm import TorchGemm
-from operatorx.backends.torch.moe import TorchMoe
-
-register_backend("torch", "gemm", TorchGemm)
-register_backend("torch", "moe", TorchMoe)
-
-__all__ = ["TorchGemm", "TorchMoe"]
+Listed in the backend table (backends/names.py); nothing registers on import.
+"""

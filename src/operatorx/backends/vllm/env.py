@@ -30,7 +30,7 @@ from typing import Any, Optional
 
 from operatorx.backends.vllm.quant_map import MAX_CAPTURE_SIZE, SELECTION_ENV, QuantConfigSpec, capture_sizes
 
-__all__ = ["vllm_missing", "vllm_version", "VllmEnv", "selection_env", "build_quant_config"]
+__all__ = ["vllm_missing", "vllm_version", "VllmEnv", "selection_env", "build_quant_config", "warm"]
 
 
 @functools.lru_cache(maxsize=1)
@@ -176,3 +176,10 @@ class VllmEnv:
         layers = getattr(comp, "static_all_moe_layers", None)
         if isinstance(layers, list) and prefix in layers:
             layers.remove(prefix)
+
+
+def warm(backend_name: str, device_kind: str) -> None:
+    """vLLM's process state (its config, the distributed group, the workspace) before the first case:
+    about 1 GiB of host memory and its time belong to the worker, not to the first case."""
+    if device_kind == "cuda" and vllm_missing() is None:
+        VllmEnv.get()

@@ -24,10 +24,7 @@
     { key: "scheme", title: "scheme" },
     { key: "m", title: "M", num: true, cell: r => r.m === null ? "-" : String(r.m) },
     { key: "status", title: "status", cell: r => el("span", { class: "status" }, r.status) },
-    { key: "latency_us", title: "latency µs", num: true, digits: 2 },
-    { key: "tflops", title: "TFLOP/s", num: true },
-    { key: "gbps", title: "GB/s", num: true },
-    { key: "pct_peak", title: "% peak", num: true },
+    ...data.metrics.map(m => ({ key: m.key, title: m.title, num: true, digits: m.digits })),   // shown.py
     { key: "sources", title: "sources", sortable: false, cls: "src", cell: r => r.sources.join(", ") },
     { key: "note", title: "note", sortable: false, cls: "msg", cell: note },
   ];
