@@ -72,11 +72,22 @@ def test_every_layer_of_every_checkpoint_the_shard_is_the_per_rank_case(ckpt):
     assert checked > 0
 
 
-def test_an_ep_moe_is_refused_naming_its_local_experts():
+def test_an_ep8_moe_rank_holds_one_eighth_of_the_experts():
     case = Case.model_validate({"type": "moe", "sources": [], "args": {
         "tokens": 8, "hidden": 256, "experts": {"num": 256, "top_k": 8, "inter": 128, "w1": {"dtype": "bf16"},
                                                 "w2": {"dtype": "bf16"}},
         "router": {"gate": {"dtype": "bf16"}, "scoring": "softmax", "select": {"kind": "topk"}},
         "activation": {"kind": "silu"}, "parallel": {"dp": 8, "ep": 8}}})
-    with pytest.raises(ShardRefused, match="ep=8: a rank's 32 local experts"):
+    args, rule = case.args.rank_shard(case.sources, CATALOG_SHAPES)
+    assert args.experts.local == 32 and args.experts.num == 256 and args.tokens == 64      # all 8 dp batches
+    assert "rank 0 holds experts 0-31 of 256" in rule
+
+
+def test_an_ep_moe_with_zero_experts_has_no_shard():
+    case = Case.model_validate({"type": "moe", "sources": [], "args": {
+        "tokens": 8, "hidden": 256, "experts": {"num": 16, "top_k": 2, "inter": 128, "zero": 2,
+                                                "w1": {"dtype": "bf16"}, "w2": {"dtype": "bf16"}},
+        "router": {"gate": {"dtype": "bf16"}, "scoring": "softmax", "select": {"kind": "topk"}},
+        "activation": {"kind": "silu"}, "parallel": {"tp": 2, "ep": 2}}})
+    with pytest.raises(ShardRefused, match="zero experts"):
         case.args.rank_shard(case.sources, CATALOG_SHAPES)

@@ -71,15 +71,24 @@ def test_a_dp_moe_brings_each_groups_own_batch_and_its_experts_see_all_of_them()
     case = _split(moe(tokens=8), {"dp": 4, "tp": 2}, [])
     args, rule = case.args.rank_shard(case.sources)
     assert args.tokens == 32 and args.experts.inter == 16 and args.experts.num == 8
-    assert "tokens 8 -> 32 (the 4 dp batches its experts see)" in rule
+    assert "tokens 8 -> 32 (the 4 dp batches its experts see; the router runs over all of them here" in rule
 
 
-@pytest.mark.parametrize("parallel,words", [({"dp": 4, "ep": 4}, "a rank's 2 local experts"),
-                                            ({"tp": 2, "ep": 2}, "a rank's 4 local experts")])
-def test_an_ep_moe_has_no_single_device_shard(parallel, words):
-    case = _split(moe(), parallel, [])
-    with pytest.raises(ShardRefused, match=words):
-        case.args.rank_shard(case.sources)
+@pytest.mark.parametrize("parallel,local,tokens", [({"dp": 4, "ep": 4}, 2, 32), ({"tp": 2, "ep": 2}, 4, 8)])
+def test_an_ep_moe_holds_its_share_of_whole_experts(parallel, local, tokens):
+    case = _split(moe(tokens=8), parallel, [])
+    args, rule = case.args.rank_shard(case.sources)
+    assert args.experts.local == local and args.experts.num == 8 and args.experts.inter == 128
+    assert args.tokens == tokens and args.parallel is None
+    assert f"rank 0 holds experts 0-{local - 1} of 8 (experts.local {local})" in rule
+
+
+def test_the_flops_of_an_ep_share_are_its_share_of_the_pairs():
+    whole = Case.model_validate(moe(tokens=8))
+    share = Case.model_validate({**moe(tokens=8), "args": {**moe(tokens=8)["args"], "experts": {
+        **moe()["args"]["experts"], "local": 2}}})
+    router = 2 * 8 * 256 * 8
+    assert share.flops() - router == (whole.flops() - router) // 4
 
 
 def test_a_dp_moe_with_shared_experts_has_no_single_device_shard():

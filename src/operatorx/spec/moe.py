@@ -34,6 +34,15 @@ class Experts(SpecModel):
     latent: Optional[PositiveInt] = None
     latent_norm: Optional[bool] = None
     zero: Optional[NonNegativeInt] = None
+    local: Optional[PositiveInt] = None
+    """The experts this device holds: the first `local` of `num` (one expert-parallel rank's share, as
+    `--rank-local` writes it). The router still picks among all `num`; pairs routed to the others are
+    other ranks' work. Absent: all `num`."""
+
+    @property
+    def held(self) -> int:
+        """The experts this device computes: `local`, or all `num`."""
+        return self.local if self.local is not None else self.num
 
 
 class Gate(SpecModel):
@@ -135,6 +144,10 @@ class MoeArgs(OpArgs):
     def _consistent(self) -> MoeArgs:
         e, sel = self.experts, self.router.select
         routable = e.num + (e.zero or 0)
+        if e.local is not None and e.local > e.num:
+            raise ValueError(f"experts.local={e.local} exceeds experts.num={e.num}")
+        if e.local is not None and e.zero:
+            raise ValueError("experts.local: an expert-parallel share of a layer with zero experts is not defined")
         if e.top_k > routable:
             raise ValueError(f"experts.top_k={e.top_k} exceeds the {routable} experts there are to pick")
         if isinstance(sel, GroupedTopK):
@@ -169,7 +182,8 @@ class MoeArgs(OpArgs):
         """
         t, h, e = self.tokens, self.hidden, self.experts
         mult = 6 if self.activation.is_gated else 4
-        total = 2 * t * h * e.num + mult * t * e.top_k * self.width * e.inter
+        # with `local`: the share of the T·k token-expert pairs that lands on the held experts
+        total = 2 * t * h * e.num + mult * t * e.top_k * self.width * e.inter * e.held // e.num
         if e.latent:
             total += 4 * t * h * self.width
         if self.shared is not None:
@@ -183,8 +197,8 @@ class MoeArgs(OpArgs):
         """
         e = self.experts
         if self.routing.distribution == "single_hot":
-            return float(e.top_k)
-        return e.num * (1.0 - (1.0 - e.top_k / e.num) ** self.tokens)
+            return float(min(e.top_k, e.held))
+        return e.held * (1.0 - (1.0 - e.top_k / e.num) ** self.tokens)
 
     def min_bytes(self, experts_hit: Optional[float] = None) -> int:
         """Weights of the experts hit, router and shared weights, input and output activations."""
@@ -229,28 +243,35 @@ class MoeArgs(OpArgs):
         p = self.parallel
         if p is None:
             return self, "one device: the whole layer"
-        if p.ep > 1:
-            local = divide(self.experts.num, p.ep, "experts.num")
-            raise ShardRefused(f"ep={p.ep}: a rank's {local} local experts take the token-expert pairs routed to "
-                               f"them from all {p.world} ranks, which one device cannot stand in for; this needs "
-                               "the multi-rank path")
+        if self.experts.local is not None:
+            raise ShardRefused("experts.local: the case is already one rank's share")
         if p.dp > 1 and self.shared is not None:
             raise ShardRefused(f"dp={p.dp}: a rank's shared experts see its own batch while its routed experts see "
                                f"all {p.dp} batches; one rank-local case cannot hold both")
         world = p.world
-        inter = divide(self.experts.inter, world, "experts.inter")
         data = self.model_dump(mode="json", exclude_none=True)
         data.pop("parallel", None)
         data["tokens"] = self.tokens * p.dp
-        data["experts"] = {**data["experts"], "inter": inter}
-        moved = [f"experts.inter {self.experts.inter} -> {inter}"]
+        if p.ep > 1:
+            if self.experts.zero:
+                raise ShardRefused("ep with zero experts: which rank holds a zero expert is not defined")
+            local = divide(self.experts.num, p.ep, "experts.num")
+            data["experts"] = {**data["experts"], "local": local}
+            how = f"experts expert-parallel over {world}"
+            moved = [f"rank 0 holds experts 0-{local - 1} of {self.experts.num} (experts.local {local})"]
+        else:
+            inter = divide(self.experts.inter, world, "experts.inter")
+            data["experts"] = {**data["experts"], "inter": inter}
+            how = f"experts tensor-parallel over {world}"
+            moved = [f"experts.inter {self.experts.inter} -> {inter}"]
         if p.dp > 1:
-            moved.append(f"tokens {self.tokens} -> {self.tokens * p.dp} (the {p.dp} dp batches its experts see)")
+            moved.append(f"tokens {self.tokens} -> {self.tokens * p.dp} (the {p.dp} dp batches its experts see; the "
+                         "router runs over all of them here, on a rank over its own batch)")
         if self.shared is not None:
             s_inter = divide(self.shared.inter, p.tp, "shared.inter")
             data["shared"] = {**data["shared"], "inter": s_inter}
             moved.append(f"shared.inter {self.shared.inter} -> {s_inter}")
         try:
-            return MoeArgs.model_validate(data), f"experts tensor-parallel over {world}: {', '.join(moved)}"
+            return MoeArgs.model_validate(data), f"{how}: {', '.join(moved)}"
         except ValueError as err:
             raise ShardRefused(f"the shard is not a valid MoE layer: {err}") from err

@@ -6,9 +6,13 @@ does: the shard. How a layer splits is decided here per op type, the way vLLM bu
 - gemm (tp T): by the layer's role in the case's sources (`split_of_role`): column-parallel
   splits N, row-parallel splits K, vocab-parallel splits the vocab padded to 64, replicated splits
   nothing; where the catalog holds the checkpoint, its own per-rank shape (`LayerShapes`);
-- moe (tp T, dp D, no ep): the experts' intermediate size splits over the W = T·D ranks (vLLM
-  flattens TP across DP for the experts) and each rank's experts see all D batches; the shared
-  experts split over T.
+- moe, no ep: the experts' intermediate size splits over the W = T·D ranks (vLLM flattens TP
+  across DP for the experts) and each rank's experts see all D batches; the shared experts split
+  over T;
+- moe, ep = W: rank 0 holds the first num/W experts whole (`experts.local`) and computes the
+  token-expert pairs of all D batches that land on them; the shared experts split over T.
+A dp MoE with shared experts has no single-device shard (its shared experts see the rank's own
+batch, its routed experts all D batches).
 The row keeps the case it was asked for and says what it timed (`RankLocal`), so a shard is never
 taken for the whole layer, nor compared with a multi-rank row of the same case.
 """

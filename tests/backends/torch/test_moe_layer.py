@@ -60,6 +60,10 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "single_hot": {"tokens": 16, "routing": {"distribution": "single_hot", "seed": 2}},
     "zipf": {"tokens": 64, "routing": {"distribution": {"kind": "zipf", "s": 1.2}, "seed": 3}},
     "zipf_zero": {"tokens": 64, "experts": _experts(zero=2), "routing": {"distribution": {"kind": "zipf", "s": 1.0}}},
+    "ep_local": {"tokens": 32, "experts": _experts(local=2)},
+    "ep_local_deepseek_like": {"tokens": 33, "experts": _experts(num=16, top_k=4, local=4, bias=True),
+                               "router": DEEPSEEK_ROUTER, "shared": {"count": 1, "inter": 64, "w1": BF16, "w2": BF16}},
+    "ep_local_balanced": {"tokens": 16, "experts": _experts(local=4), "routing": {"distribution": "balanced"}},
 }
 
 
@@ -86,6 +90,21 @@ def test_metadata_and_bytes_follow_the_routing_used() -> None:
     assert p.min_bytes == c.args.min_bytes(experts_hit=2)
     assert meta["routing"] == {"distribution": "single_hot", "seed": 0, "forced": True}
     assert "grouped_mm" in meta["calls"]["experts"]
+
+
+def test_an_expert_parallel_share_computes_only_the_pairs_its_experts_hold() -> None:
+    """experts.local = 2 of 8: weights for 2 experts, and the pairs routed to the other 6 add nothing (the
+    check holds the output against the fp32 per-expert loop over the held experts only)."""
+    whole, share = case(tokens=64), case(tokens=64, experts=_experts(local=2))
+    pw, ps = TorchMoe().prepare(whole, "cpu"), TorchMoe().prepare(share, "cpu")
+    assert ps.check().ok
+    layer_w, layer_s = build_layer(whole, "cpu"), build_layer(share, "cpu")
+    assert layer_s.experts.w.num == 2 and layer_w.experts.w.num == 8
+    ids = layer_s.forward(layer_s.x)[1].ids
+    assert ps.metadata["local_pairs"] == int((ids < 2).sum()) and 0 < ps.metadata["local_pairs"] < 64 * 2
+    assert ps.metadata["local_experts"] == 2 and "local_experts" not in pw.metadata
+    assert ps.metadata["experts_hit"] <= 2 and ps.min_bytes < pw.min_bytes
+    assert device_bytes(share.args, 64) < device_bytes(whole.args, 64)
 
 
 def test_a_wrong_output_fails_the_check() -> None:

@@ -416,6 +416,9 @@ def _moe_refusal(args: MoeArgs, biases_wired: bool = False) -> Optional[str]:
     if e.zero:
         return ("zero (identity) experts: vLLM 0.26 has FusedMoE(zero_expert_type=) → ZeroExpertRouter (LongCat); "
                 "not wired in this backend")
+    if e.local is not None and e.local < e.num:
+        return (f"experts.local={e.local} of {e.num}: vLLM builds an expert-parallel FusedMoE (its expert_map) only "
+                "inside an EP group of its ranks; a one-device shard of it needs the multi-rank path")
     if e.bias and not biases_wired:
         return ("expert biases: vLLM 0.26 has FusedMoE(has_bias=True) (w13_bias/w2_bias); this backend loads them "
                 "with gpt-oss's MXFP4 experts (GptOssMxfp4MoEMethod) only")

@@ -41,9 +41,9 @@ def device_bytes(args: MoeArgs, check_rows: int) -> int:
     e, t, h, w = args.experts, args.tokens, args.hidden, args.width
     rows1 = _rows1(args, e.inter)
     routable = e.num + (e.zero or 0)
-    total = e.num * (e.w1.bytes(rows1, w, weight=True) + e.w2.bytes(w, e.inter, weight=True))
+    total = e.held * (e.w1.bytes(rows1, w, weight=True) + e.w2.bytes(w, e.inter, weight=True))
     if e.bias:
-        total += e.num * (rows1 + w) * 2
+        total += e.held * (rows1 + w) * 2
     total += routable * h * torch_dtype(args.router.gate.dtype).itemsize + routable * 4
     if isinstance(args.router.select, HashSelect):
         total += args.router.select.vocab * e.top_k * 8
@@ -106,13 +106,14 @@ def expert_weights(args: MoeArgs, hit: list[int], device: str, gen: torch.Genera
             return torch.zeros(*shape, device=device, dtype=dt)
         return torch.zeros(*shape, device=device, dtype=torch.uint8).view(dt)
 
-    ew = ExpertWeights(w1=zeros(e.num, rows1, w), w2=zeros(e.num, w, e.inter))
+    n = e.held                                # the experts this device holds (`experts.local`)
+    ew = ExpertWeights(w1=zeros(n, rows1, w), w2=zeros(n, w, e.inter))
     if quantized:
-        ew.s1 = torch.ones(e.num, rows1, device=device)
-        ew.s2 = torch.ones(e.num, w, device=device)
+        ew.s1 = torch.ones(n, rows1, device=device)
+        ew.s2 = torch.ones(n, w, device=device)
     if e.bias:
-        ew.b1 = torch.zeros(e.num, rows1, device=device, dtype=torch.bfloat16)
-        ew.b2 = torch.zeros(e.num, w, device=device, dtype=torch.bfloat16)
+        ew.b1 = torch.zeros(n, rows1, device=device, dtype=torch.bfloat16)
+        ew.b2 = torch.zeros(n, w, device=device, dtype=torch.bfloat16)
     for x in hit:
         _fill(ew.w1, ew.s1, x, e.w1, w ** -0.5, device, gen)
         _fill(ew.w2, ew.s2, x, e.w2, e.inter ** -0.5, device, gen)

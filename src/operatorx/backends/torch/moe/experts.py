@@ -9,7 +9,9 @@ Weights are stored as checkpoints hold them ([E, 2I, W] and [E, W, I]) and hande
 transposed ([E, K, N] views, column-major), the layout torch's tests use. Group boundaries come
 from a sort and a searchsorted on the device: nothing in the call waits on the host.
 Zero experts (ids ≥ E) sort behind the last group; the grouped GEMMs never read those rows and
-the combine takes the expert input itself for them.
+the combine takes the expert input itself for them. An expert-parallel share (`experts.local` = L of
+E) holds experts 0..L-1: pairs routed to the others sort behind the same way and add nothing (they
+are other ranks' work).
 """
 
 from __future__ import annotations
@@ -93,8 +95,11 @@ class GroupedExperts:
 
     def __init__(self, weights: ExpertWeights, activation: Activation, weight_on_input: bool,
                  has_zero: bool, fp8_scales: Optional[tuple[Scale, Scale]] = None,
-                 stage: Callable[[str], AbstractContextManager[object]] = lambda name: nullcontext()):
+                 stage: Callable[[str], AbstractContextManager[object]] = lambda name: nullcontext(),
+                 remote: bool = False):
         self.w, self.act, self.weight_on_input, self.has_zero = weights, activation, weight_on_input, has_zero
+        self.remote = remote
+        """Ids at or past `w.num` are experts other ranks hold (an expert-parallel share): they add nothing."""
         self.fp8 = fp8_scales is not None
         self.a1_scale: Optional[Scale]
         self.a2_scale: Optional[Scale]
@@ -161,6 +166,8 @@ class GroupedExperts:
                 else:
                     x_in_assign = x_in.unsqueeze(1).expand(tokens, k, x.shape[1])
                 per_assignment = torch.where(zero, x_in_assign, per_assignment)
+            if self.remote:     # pairs of experts other ranks hold: their rows were never computed
+                per_assignment = per_assignment.masked_fill((ids >= self.w.num).unsqueeze(-1), 0)
             if self.weight_on_input:
                 return per_assignment.float().sum(dim=1)
             return torch.bmm(weights.unsqueeze(1), per_assignment.float()).squeeze(1)

@@ -97,11 +97,12 @@ def build_layer(case: Case, device: str, ranges: bool = False) -> MoeLayer:
     router = TorchRouter(args.router, e.top_k, build.router_weights(args, device, gen),
                          forced.to(device) if forced is not None else None)
     ids = router(x).ids                                  # the routing every call will take
-    hit = sorted(i for i in torch.unique(ids).tolist() if i < e.num)
+    hit = sorted(i for i in torch.unique(ids).tolist() if i < e.held)
     scheme = support.experts_scheme(args, device)
     fp8 = (e.a1.scale, e.a2.scale) if scheme == "fp8_rowwise" else None
     experts = GroupedExperts(build.expert_weights(args, hit, device, gen), args.activation,
-                             bool(args.router.weight_on_input), bool(e.zero), fp8)  # type: ignore[arg-type]
+                             bool(args.router.weight_on_input), bool(e.zero), fp8,  # type: ignore[arg-type]
+                             remote=e.held < e.num)
     shared = None
     if args.shared is not None:
         s_fp8 = (args.shared.a1.scale, args.shared.a1.scale) if support.shared_scheme(args, device) == "fp8_rowwise" \
@@ -160,7 +161,7 @@ class TorchMoe:
         e = args.experts
         routable = e.num + (e.zero or 0)
         load = load_histogram(routed.ids, routable)
-        hit = sum(1 for c in load[:e.num] if c)
+        hit = sum(1 for c in load[:e.held] if c)
         sel = args.router.select
         calls: dict[str, Any] = {
             "router": f"{'torch.mm(out_dtype=fp32)' if layer.router.mm_out_dtype else 'torch.nn.functional.linear'}"
@@ -181,6 +182,8 @@ class TorchMoe:
             "expert_load": load[:e.num],
             "zero_expert_load": load[e.num:] if e.zero else None,
             "experts_hit": hit,
-            "max_load": max(load[:e.num]),
-            "weights": f"random for the {hit} experts hit, zeros (never read) for the other {e.num - hit}",
+            "max_load": max(load[:e.held]),
+            "weights": f"random for the {hit} experts hit, zeros (never read) for the other {e.held - hit}",
+            **({"local_experts": e.held,
+                "local_pairs": sum(load[:e.held])} if e.held < e.num else {}),
         }

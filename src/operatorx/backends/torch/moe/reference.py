@@ -120,6 +120,8 @@ def _experts(layer: MoeLayer, x_e: torch.Tensor, ids: torch.Tensor, w: torch.Ten
     for e in torch.unique(ids).tolist():
         tok, slot = torch.nonzero(ids == e, as_tuple=True)
         wt = w[tok, slot].unsqueeze(1)
+        if e >= ex.w.num and ex.remote:     # an expert another rank holds
+            continue
         if e >= ex.w.num:           # zero expert: its input, weighted
             out.index_add_(0, tok, wt * x_e[tok])
             continue
