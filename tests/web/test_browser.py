@@ -185,3 +185,28 @@ def test_static_site_from_disk(page, static_site, web_db, tmp_path):
     page.goto(hostile.as_uri())
     page.wait_for_selector("#rows-table tbody tr")
     assert page.evaluate("window.__pwned") is None
+
+
+def test_a_rank_local_row_says_so_on_the_run_and_case_pages(page, tmp_path, write_testlist):
+    """A --rank-local run's row reads as one rank's shard: its label on the Run page, the rule and the
+    shard's args on the Case page."""
+    from operatorx.measure import TimingSettings
+    from operatorx.run import RunConfig, run_testlist
+    from operatorx.web import Queries
+    from operatorx.web.site import build_site
+
+    case = {"type": "gemm", "sources": ["org/model/mlp.down_proj"],
+            "args": {"m": 2, "n": 128, "k": 256, "a": {"dtype": "bf16"}, "b": {"dtype": "bf16"}, "parallel": {"tp": 4}}}
+    fast = TimingSettings(warmup_calls=1, warmup_floor_s=0, first_warmup_floor_s=0, min_samples=3, max_samples=5,
+                          max_time_s=0)
+    outcome = run_testlist(RunConfig(testlist=str(write_testlist([case])), device="cpu", db=str(tmp_path / "r.db"),
+                                     results_dir=tmp_path / "res", timing=fast, executor="inline", rank_local=True))
+    assert outcome.rows[0].status == "ok"
+    site = tmp_path / "site"
+    build_site(Queries.open(str(tmp_path / "r.db")), site)
+    page.goto((site / f"run-{outcome.run_id}.html").as_uri())
+    page.wait_for_selector("#rows-table tbody tr")
+    assert "gemm 2x128x256 tp4 [rank-local 0/4]" in page.locator("#rows-table tbody tr").first.inner_text()
+    page.click("#rows-table tbody tr a.case-link")
+    text = page.locator("#case-rank-local").inner_text()
+    assert "rank 0 of 4 (tp4)" in text and "row-parallel by role mlp.down_proj: k 256 -> 64" in text

@@ -33,6 +33,8 @@ class BackendEntry:
     """op type -> `module:Class` of the backend for it (imported when first asked for)."""
     requires: Optional[str] = None
     """A module that must be importable for the backend to run (checked before workers start)."""
+    framework: str = ""
+    """The framework's name as its users write it (`vLLM`), for messages."""
     install_hint: str = ""
     versions: tuple[str, ...] = ()
     """Distributions whose versions every run records (read from metadata, never imported)."""
@@ -42,7 +44,8 @@ class BackendEntry:
     def missing(self) -> Optional[str]:
         """Why the backend cannot run here (its requirement is not installed), or None."""
         if self.requires is not None and importlib.util.find_spec(self.requires) is None:
-            return f"--backend {self.name}: {self.requires} is not installed here; install it with {self.install_hint}"
+            return (f"--backend {self.name}: {self.framework or self.requires} is not installed here; install it with "
+                    f"{self.install_hint}")
         return None
 
     def factory(self, op_type: str) -> Optional[Callable[[], Any]]:
@@ -60,7 +63,7 @@ BACKENDS: dict[str, BackendEntry] = {
         versions=("triton", "nvidia-cublas", "nvidia-cublas-cu12"), warm="operatorx.backends.torch.warm:warm"),
     "vllm": BackendEntry(
         "vllm", {"gemm": "operatorx.backends.vllm.gemm:VllmGemm", "moe": "operatorx.backends.vllm.moe:VllmMoe"},
-        requires="vllm", install_hint='pip install -e ".[vllm]" (or pip install "operatorx[vllm]")',
+        requires="vllm", framework="vLLM", install_hint='pip install -e ".[vllm]" (or pip install "operatorx[vllm]")',
         versions=("vllm",), warm="operatorx.backends.vllm.env:warm"),
 }
 #: The backends that ship with OperatorX.

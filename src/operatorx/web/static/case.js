@@ -30,6 +30,9 @@
     box.replaceChildren(nav,
       el("p", { class: "status st-" + c.status, id: "case-status" }, c.status + (c.error_kind ? ` (${c.error_kind})` : "")),
       c.message ? el("pre", { class: "message", id: "case-message" }, c.message) : "",
+      m.rank_local ? el("p", { class: "message", id: "case-rank-local" },
+        `rank-local: rank ${m.rank_local.rank} of ${m.rank_local.world} (${m.rank_local.split}), ` +
+        `not the whole case: ${m.rank_local.rule}`) : "",
       kv([["backend", (c.op || {}).backend], ["side", c.side], ["sources", ((c.op || {}).sources || []).join(", ")],
           ["scheme", m.scheme], ["latency µs", m.latency_us], ["method", m.method], ["clock", m.clock],
           ["L2 state", m.l2_state], ["L2 verified", m.l2_verified], ["median noise", m.noise],
@@ -38,7 +41,8 @@
             `${m.peak.compute_class}: ${m.peak.measured_tflops ?? "-"} TFLOP/s, ${m.peak.measured_memory_gbps ?? "-"} GB/s` : null],
           ["peak", m.peak ? `${m.peak.compute_class}: ${m.peak.tflops} TFLOP/s, ${m.peak.memory_gbps} GB/s (${m.peak.source})` : null],
           ["FLOP", m.flops], ["min bytes", m.min_bytes]]),
-      el("details", {}, el("summary", {}, "args"), pre((c.op || {}).args)));
+      el("details", {}, el("summary", {}, "args"), pre((c.op || {}).args)),
+      m.rank_local ? el("details", {}, el("summary", {}, "the shard's args (what ran)"), pre(m.rank_local.shard)) : "");
 
     const samples = m.samples_us || [];
     if (samples.length) {
