@@ -148,25 +148,18 @@ def _positive_theta(rope: bool, theta: Optional[float], scaling: Optional[RopeSc
         raise ValueError("rope_theta / rope_scaling: only with rope")
 
 
-class GqaArgs(AttentionArgs):
-    """Dense grouped-query attention: q/k/v projections, optional q/k norm, RoPE, cache write,
-    causal attention, optional sigmoid output gate, o_proj."""
+class _GroupedHeads(AttentionArgs):
+    """Query heads sharing KV heads, with RoPE on the first rope_dim dims (M-RoPE with mrope_section)."""
 
-    TYPE = "gqa"
-    PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")
     q_heads: PositiveInt
     kv_heads: PositiveInt
     head_dim: PositiveInt
     rope_dim: PositiveInt
     rope_theta: PositiveFloat
     mrope_section: Optional[list[NonNegativeInt]] = None
-    qk_norm: bool = False
-    gate: bool = False
-    window: Optional[PositiveInt] = None
-    kv_cache_dtype: Literal["auto", "bf16", "fp8"] = "auto"
 
     @model_validator(mode="after")
-    def _heads(self) -> GqaArgs:
+    def _heads(self) -> _GroupedHeads:
         if self.q_heads % self.kv_heads:
             raise ValueError(f"kv_heads={self.kv_heads} does not divide q_heads={self.q_heads}")
         if self.rope_dim > self.head_dim:
@@ -177,43 +170,52 @@ class GqaArgs(AttentionArgs):
         return self
 
 
-class QsaArgs(AttentionArgs):
+class GqaArgs(_GroupedHeads):
+    """Dense grouped-query attention: q/k/v projections, optional q/k norm, RoPE, cache write,
+    causal attention, optional sigmoid output gate, o_proj."""
+
+    TYPE = "gqa"
+    PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")
+    qk_norm: bool = False
+    gate: bool = False
+    window: Optional[PositiveInt] = None
+    kv_cache_dtype: Literal["auto", "bf16", "fp8"] = "auto"
+
+
+class QsaArgs(_GroupedHeads):
     """Gated sparse attention (Qwen3.8-Flash-Next): GQA whose attention reads the tokens an indexer picks."""
 
     TYPE = "qsa"
     PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "indexer.index_qk_proj")
-    q_heads: PositiveInt
-    kv_heads: PositiveInt
-    head_dim: PositiveInt
-    rope_dim: PositiveInt
-    rope_theta: PositiveFloat
     index_heads: PositiveInt
     index_dim: PositiveInt
     compress: PositiveInt
     budget: PositiveInt
-    mrope_section: Optional[list[NonNegativeInt]] = None
     selection: Selection = "natural"
 
     @model_validator(mode="after")
-    def _sizes(self) -> QsaArgs:
-        if self.q_heads % self.kv_heads:
-            raise ValueError(f"kv_heads={self.kv_heads} does not divide q_heads={self.q_heads}")
+    def _budget(self) -> QsaArgs:
         if self.budget % self.compress:
             raise ValueError(f"compress={self.compress} does not divide budget={self.budget}")
         return self
 
 
-class MlaArgs(AttentionArgs):
-    """DeepSeek multi-head latent attention: low-rank q and kv, a latent cache, o_proj."""
+class _LatentHeads(AttentionArgs):
+    """MLA's sizes: heads over a low-rank q and a kv latent, nope + rope query/key dims, v dims."""
 
-    TYPE = "mla"
-    PROJECTIONS = ("q_a_proj", "kv_a_proj_with_mqa", "q_b_proj", "kv_b_proj", "o_proj", "g_proj")
     heads: PositiveInt
     q_lora_rank: PositiveInt
     kv_lora_rank: PositiveInt
     nope: PositiveInt
     rope_dim: PositiveInt
     v: PositiveInt
+
+
+class MlaArgs(_LatentHeads):
+    """DeepSeek multi-head latent attention: low-rank q and kv, a latent cache, o_proj."""
+
+    TYPE = "mla"
+    PROJECTIONS = ("q_a_proj", "kv_a_proj_with_mqa", "q_b_proj", "kv_b_proj", "o_proj", "g_proj")
     rope: bool = True
     rope_theta: Optional[PositiveFloat] = None
     rope_scaling: Optional[RopeScaling] = None
@@ -228,18 +230,12 @@ class MlaArgs(AttentionArgs):
         return self
 
 
-class MlaDsaArgs(AttentionArgs):
+class MlaDsaArgs(_LatentHeads):
     """MLA with DeepSeek sparse attention (an indexer picks topk cached tokens)."""
 
     TYPE = "mla_dsa"
     PROJECTIONS = ("q_a_proj", "kv_a_proj_with_mqa", "q_b_proj", "kv_b_proj", "o_proj",
                    "indexer.wq_b", "indexer.wk", "indexer.weights_proj")
-    heads: PositiveInt
-    q_lora_rank: PositiveInt
-    kv_lora_rank: PositiveInt
-    nope: PositiveInt
-    rope_dim: PositiveInt
-    v: PositiveInt
     rope_theta: PositiveFloat
     topk: PositiveInt
     index_heads: PositiveInt
