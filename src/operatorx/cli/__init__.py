@@ -15,7 +15,7 @@ from operatorx.cli.web import report_app, serve_command
 
 __all__ = ["app", "main"]
 
-app = typer.Typer(no_args_is_help=True, add_completion=False,
+app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, add_completion=False,
                   help="Time single inference ops (GEMM, MoE) through the layers serving engines run. "
                        "Testlist format: docs/case-format.md; your own backend (--backend py:FILE.py:FUNC): "
                        "docs/user-backends.md.")

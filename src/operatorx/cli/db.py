@@ -10,7 +10,8 @@ from operatorx.store import StoreError
 
 __all__ = ["db_app"]
 
-db_app = typer.Typer(no_args_is_help=True, help="Create, upgrade and check the results database; ingest documents.")
+db_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
+                     help="Create, upgrade and check the results database; ingest documents.")
 _DB = typer.Option("operatorx.db", "--db", help="SQLite path, sqlite:///PATH, or postgresql://USER@HOST:PORT/DB.")
 
 

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = ["results_app"]
 
-results_app = typer.Typer(no_args_is_help=True, help="Stored runs and their rows.")
+results_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Stored runs and their rows.")
 _out = Console(width=None if sys.stdout.isatty() else 200)
 _DB = typer.Option("operatorx.db", "--db", help="SQLite path, sqlite:///PATH, or postgresql://USER@HOST:PORT/DB.")
 

@@ -24,7 +24,7 @@ from operatorx.spec.errors import TestlistError
 
 __all__ = ["testlist_app", "plural"]
 
-testlist_app = typer.Typer(no_args_is_help=True,
+testlist_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
                            help="Check, inspect, convert and generate testlists (format: docs/case-format.md).")
 _out = Console(width=None if sys.stdout.isatty() else 200, highlight=False)
 _err = Console(stderr=True, highlight=False)

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 __all__ = ["serve_command", "report_app"]
 
-report_app = typer.Typer(no_args_is_help=True, help="Reports over stored runs.")
+report_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Reports over stored runs.")
 _DB = typer.Option("operatorx.db", "--db", help="SQLite path or SQLAlchemy URL (opened read-only).")
 
 
