@@ -17,3 +17,9 @@ def test_markdown_rows_and_reasons():
     assert lines[0].startswith("| # | case | scheme | status | latency_us | host_us |")
     assert "| 9.50 | 20.00 |" in lines[2] and "host-bound" in lines[2]
     assert "a \\| b &lt;i&gt;" in lines[3]
+
+
+def test_a_long_note_is_written_whole():
+    long = "needs tp·dp = 8 GPUs of one host; " + "word " * 60 + "THE-LAST-FLAG"
+    text = rows_markdown([_row("unsupported", message=long)])
+    assert "THE-LAST-FLAG" in text and ("word " * 60).strip() in text

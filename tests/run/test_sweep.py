@@ -354,3 +354,13 @@ def test_a_row_from_the_worker_that_does_not_validate_is_its_case_error_and_the_
     assert [r.status for r in rows] == ["ok", "error", "ok"] and store.unfinished("r") == []
     assert rows[1].error_kind == "exception" and rows[1].message.startswith(
         "exception: the worker's row did not validate: ")
+
+
+def test_a_cpu_row_names_its_host_clock_and_no_l2_state(tmp_path, write_testlist):
+    """On the CPU the host clock times the call: rows and the run say `host_clock`, and claim no L2 flush
+    or device timer mode they never applied."""
+    outcome = run_testlist(_config(tmp_path, write_testlist([gemm(m=2, n=64, k=64)])))
+    timing = outcome.rows[0].metrics["timing"]
+    assert timing["mode"] == "host_clock" and timing["l2_state"] == "n/a (cpu)" and "spin_cycles" not in timing
+    doc = json.loads(outcome.document_path.read_text())
+    assert doc["run"]["timing"]["mode"] == "host_clock" and "l2_state" not in doc["run"]["timing"]

@@ -51,6 +51,8 @@ def test_run_page_rows_reasons_and_links(client, web_db):
     unsupported = [x for x in data["rows"] if x["status"] == "unsupported"]
     assert unsupported and "cpu_max_gflop" in r.text                 # the reasons table, grouped
     assert f'href="/roofline/{web_db.run_a}"' in r.text
+    assert "timing host_clock" in r.text and "L2 " not in r.text.split("timing host_clock", 1)[1][:20]
+    assert [m["key"] for m in data["metrics"]] == ["latency_us", "tflops", "gbps", "pct_peak"]   # shown.py
 
 
 def test_prefix_and_latest_resolve_and_unknown_run_is_404(client, web_db):

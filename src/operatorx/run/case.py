@@ -217,7 +217,7 @@ class CaseRunner:
             samples_us=m.samples_us,
             warmup=Warmup(calls=m.warmup_calls, seconds=m.warmup_s),
             stop_reason=m.stop_reason,
-            timing=TimingInfo.model_validate(json_safe({**self.config.timing.to_json(), **details,
+            timing=TimingInfo.model_validate(json_safe({**self.config.timing_used(self.device.kind), **details,
                                                         **({"launch_gap_us": self.launch_gap_us}
                                                            if self.launch_gap_us is not None else {})})),
         )

@@ -130,6 +130,16 @@ class RunConfig:
         sampling = (1 + t.throttle_retries) * min(t.max_time_s + 5.0, t.timeout_s)
         return 60.0 + sampling + (60.0 if self.host else 0.0)
 
+    def timing_used(self, device_kind: Optional[str]) -> dict[str, Any]:
+        """The timing settings a run on `device_kind` really uses: on the CPU the host clock, with no
+        L2 state, spin or device timer (those settings would be stored, but never applied)."""
+        t = self.timing.to_json()
+        if device_kind != "cpu":
+            return t
+        kept = ("warmup_calls", "warmup_floor_s", "first_warmup_floor_s", "min_samples", "max_samples",
+                "noise_target", "max_time_s", "timeout_s")
+        return {"mode": "host_clock", **{k: t[k] for k in kept}}
+
     # --- (de)serialisation: to workers and into the store ----------------------------------------
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)

@@ -401,17 +401,6 @@ def _stop(slots: list[SlotLike]) -> None:
         slot.close()
 
 
-def _timing_used(config: RunConfig) -> dict[str, Any]:
-    """The timing settings the run really uses: on the CPU device the host clock, with no L2 state,
-    spin or device timer (those settings would be stored, but never applied)."""
-    t = config.timing.to_json()
-    if config.device != "cpu":
-        return t
-    kept = ("warmup_calls", "warmup_floor_s", "first_warmup_floor_s", "min_samples", "max_samples", "noise_target",
-            "max_time_s", "timeout_s")
-    return {"mode": "host_clock", **{k: t[k] for k in kept}}
-
-
 def _begin(spec: JobSpec, store: Store, chosen: list[tuple[int, Case]], info: dict[str, Any]) -> list[Task]:
     from operatorx.result import Row
 
@@ -419,7 +408,7 @@ def _begin(spec: JobSpec, store: Store, chosen: list[tuple[int, Case]], info: di
     planned = [Row.missing(case, spec.backend_label, spec.testlist, index) for index, case in chosen]
     store.begin_run(spec.run_id, now_utc(), spec.testlist, spec.backend_label, config.device or "cpu",
                     {**info, "job": spec.to_json(), "cases_selected": len(chosen),
-                     "filter": config.filter, "limit": config.limit, "timing": _timing_used(config),
+                     "filter": config.filter, "limit": config.limit, "timing": config.timing_used(config.device),
                      "device_kind": config.device, "executor": config.executor},
                     planned, run_group=config.run_group, shard=None if config.shard is None else str(config.shard))
     return [Task(index, case) for index, case in chosen]
