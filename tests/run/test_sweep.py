@@ -364,3 +364,15 @@ def test_a_cpu_row_names_its_host_clock_and_no_l2_state(tmp_path, write_testlist
     assert timing["mode"] == "host_clock" and timing["l2_state"] == "n/a (cpu)" and "spin_cycles" not in timing
     doc = json.loads(outcome.document_path.read_text())
     assert doc["run"]["timing"]["mode"] == "host_clock" and "l2_state" not in doc["run"]["timing"]
+
+
+def test_a_cpu_case_with_many_gb_of_weights_is_unsupported_with_the_number(tmp_path, write_testlist):
+    """5.2 GB of bf16 weights and 5.2 GFLOP: under the FLOP guard, over the bytes one (a CPU takes tens of
+    seconds a call on such a case, and the machine's load decided between ok and a timeout)."""
+    outcome = run_testlist(_config(tmp_path, write_testlist([gemm(m=1, n=40000, k=65536), gemm(m=2, n=64, k=64)])))
+    big, small = outcome.rows
+    assert big.status == "unsupported" and small.status == "ok"
+    assert big.message == ("CPU device: 5.2 GB moved per call exceeds cpu_max_gb=4 (weights this large take tens "
+                           "of seconds a call on a CPU)")
+    again = run_testlist(_config(tmp_path, write_testlist([gemm(m=2, n=64, k=64)], name="b.json"), cpu_max_gb=1e-6))
+    assert again.rows[0].status == "unsupported" and "cpu_max_gb=1e-06" in again.rows[0].message

@@ -152,6 +152,7 @@ def run_command(
     counters_child: bool = typer.Option(False, "--counters-child", hidden=True),
     run_id: Optional[str] = typer.Option(None, "--run-id", hidden=True),
     cpu_max_gflop: float = typer.Option(50.0, "--cpu-max-gflop", help="On CPU, larger cases are unsupported."),
+    cpu_max_gb: float = typer.Option(4.0, "--cpu-max-gb", help="On CPU, cases moving more GB a call are unsupported."),
     host: bool = typer.Option(False, "--host", help="Also measure host µs per call, and per layer."),
     host_batches: int = typer.Option(15, "--host-batches", min=1, help="Host timing: batches (median over them)."),
     host_batch_calls: int = typer.Option(200, "--host-batch-calls", min=1, help="Host timing: calls per batch."),
@@ -199,6 +200,7 @@ def run_command(
             timing = replace(timing, mode="events")
         config = RunConfig(testlist=testlist, backend=backend, device=device, filter=filter_text, limit=limit,
                            db=db, results_dir=results_dir, timing=timing, cpu_max_gflop=cpu_max_gflop,
+                           cpu_max_gb=cpu_max_gb,
                            host=host, host_timing=host_timing, trace_dir=None if counters_child else trace_dir,
                            counters_child=counters_child, run_id=run_id, profile_kernels=not counters_child,
                            check_l2=not counters_child, executor=executor,  # type: ignore[arg-type]

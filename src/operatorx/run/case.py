@@ -44,8 +44,14 @@ from operatorx.spec import Case
 __all__ = ["CaseRunner", "Timer", "prepare_and_check"]
 
 
+#: On the CPU device, cases that must move more than this many GB a call are `unsupported`: a few GB of
+#: weights and little arithmetic take tens of seconds a call there, and would end as a timeout.
+CPU_MAX_GB = 4.0
+
+
 def prepare_and_check(backend: Optional[Backend], backend_name: str, case: Case, device: str,
-                      cpu_max_gflop: float, held: list[Prepared]) -> tuple[str, Optional[str], Optional[Check]]:
+                      cpu_max_gflop: float, held: list[Prepared],
+                      cpu_max_gb: float = CPU_MAX_GB) -> tuple[str, Optional[str], Optional[Check]]:
     """Everything before timing, the same for `run` and `ab`: (status, message, check).
 
     The prepared case is appended to `held` as soon as it exists, so the caller releases it
@@ -59,6 +65,9 @@ def prepare_and_check(backend: Optional[Backend], backend_name: str, case: Case,
     if device == "cpu" and case.flops() > cpu_max_gflop * 1e9:
         return "unsupported", (f"CPU device: {case.flops() / 1e9:.0f} GFLOP per call exceeds cpu_max_gflop="
                                f"{cpu_max_gflop:g} (a CPU would take minutes a call)"), None
+    if device == "cpu" and case.min_bytes() > cpu_max_gb * 1e9:
+        return "unsupported", (f"CPU device: {case.min_bytes() / 1e9:.1f} GB moved per call exceeds cpu_max_gb="
+                               f"{cpu_max_gb:g} (weights this large take tens of seconds a call on a CPU)"), None
     reason = backend.supports(case, device)
     if reason is not None:
         return "unsupported", reason, None
@@ -161,7 +170,7 @@ class CaseRunner:
         backend = get_backend(self.config.backend, case.type)
         t0 = time.perf_counter()
         status, message, check = prepare_and_check(backend, self.config.backend, case, self.device.kind,
-                                                   self.config.cpu_max_gflop, held)
+                                                   self.config.cpu_max_gflop, held, self.config.cpu_max_gb)
         self._seconds["prepare_check"] = time.perf_counter() - t0
         if status != "ok" or check is None:
             parts = {"check": _check(check), "extra": json_safe(held[0].metadata)} if check is not None else {}

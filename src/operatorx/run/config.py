@@ -63,6 +63,9 @@ class RunConfig:
     timing: TimingSettings = field(default_factory=TimingSettings)
     cpu_max_gflop: float = 50.0
     """On the CPU device, cases above this much work are `unsupported`: a CPU would take minutes a call."""
+    cpu_max_gb: float = 4.0
+    """On the CPU device, cases that move more than this many GB a call (their weights, mostly) are
+    `unsupported`: few FLOPs over many GB still take tens of seconds a call there."""
     profile_kernels: bool = True
     """Per-kernel breakdown of each case (`metrics["profile"]`), from the timed CUPTI records."""
     trace_dir: Optional[Path] = None
@@ -110,6 +113,8 @@ class RunConfig:
             raise ValueError(f"--limit must be >= 1, got {self.limit}")
         if not self.cpu_max_gflop > 0:
             raise ValueError("cpu_max_gflop must be > 0")
+        if not self.cpu_max_gb > 0:
+            raise ValueError("cpu_max_gb must be > 0")
         if self.executor not in EXECUTORS:
             raise ValueError(f"--executor {self.executor}: use one of {', '.join(EXECUTORS)}")
         if self.workers < 1:
