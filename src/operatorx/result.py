@@ -14,9 +14,10 @@ Keys a document carries that this version does not know are kept as they came (`
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from collections.abc import Sequence
+from typing import Any, Literal, Optional, overload
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validator
 
 from operatorx.result_parts import (
     CaseSeconds,
@@ -42,12 +43,14 @@ from operatorx.result_parts import (
     json_safe,
 )
 from operatorx.spec import Case
+from operatorx.spec.base import MAX_INT64
 from operatorx.spec.shard import RankLocal
+from operatorx.storable import MESSAGE_MAX_CHARS, TEXT_MAX_CHARS, capped, storable, storable_data
 
 __all__ = ["Row", "Status", "ErrorKind", "Headline", "SCHEMA_VERSION", "Measured", "Summary", "Warmup",
            "TimingInfo", "Rates", "Peak", "Conditions", "Telemetry", "WhatRan", "KernelProfile", "Kernel",
            "CheckResult", "HostTime", "CaseSeconds", "WorkerDevice", "MemoryCheck", "compute_rates", "json_safe",
-           "BUSY_SPAN_THRESHOLD", "Part", "OpenPart"]
+           "BUSY_SPAN_THRESHOLD", "Part", "OpenPart", "Plan"]
 
 SCHEMA_VERSION = "1"
 Status = Literal["ok", "unsupported", "error", "missing"]
@@ -67,7 +70,34 @@ _SINGLE: dict[str, str] = {"scheme": "scheme", "check": "check", "host": "host",
                            "rank_local": "rank_local"}
 """Row field → its document key, for the row's own one-key parts."""
 _GROUP_KEYS = {key: name for name, model in _GROUPS for key in model.model_fields}
+_METRIC_FIELDS = frozenset([name for name, _ in _GROUPS] + list(_SINGLE))
+"""Row fields that write keys of `metrics` (with `other`)."""
 _SINGLE_BY_KEY = {key: field for field, key in _SINGLE.items()}
+
+
+_STORABLE_ALREADY: dict[str, Any] = {"storable": True}
+"""Validation context of a row whose strings the caller made storable (`Row.missing`)."""
+_TEXT_TAILS = ("traceback", "worker_stderr_tail")
+"""Free-text fields whose end matters (the failing frame, the last lines): capped keeping the end."""
+
+
+def _storable_fields(data: dict[str, Any]) -> dict[str, Any]:
+    """A row's input with every string storable (storable.py) and its free text capped: the one place
+    a row's text is made safe, so the store, the document and the terminal all get the same text."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, str):
+            value = storable(value)
+            if key == "message":
+                value = capped(value, MESSAGE_MAX_CHARS)
+            elif key in _TEXT_TAILS:
+                value = capped(value, TEXT_MAX_CHARS, keep_end=True)
+        elif key == "failures" and isinstance(value, list):
+            value = [capped(storable(v), MESSAGE_MAX_CHARS) if isinstance(v, str) else v for v in value]
+        elif isinstance(value, (dict, list)):
+            value = storable_data(value)
+        out[key] = value
+    return out
 
 
 def _parse_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
@@ -97,7 +127,8 @@ class Row(BaseModel):
     backend: str
     status: Status
     testlist: str
-    case_index: int
+    case_index: int = Field(ge=0, le=MAX_INT64)
+    """The case's index in its testlist (its first copy's, when the file repeats it)."""
     message: Optional[str] = None
     side: str = ""
     """Which side of an A/B (or multi-side) run the row belongs to; "" otherwise."""
@@ -115,8 +146,8 @@ class Row(BaseModel):
                                               "`profile`, `total`; and when it started (`started_unix_s`)", "s")
     worker: Optional[WorkerDevice] = doc("the device this row was measured on: `kind`, `name`, `uuid`, "
                                          "`pci_bus_id`, `index` where known")
-    extra: dict[str, Any] = doc("what the backend chose (library path, quant method, "
-                                "kernels, graph or eager)", "", {})
+    extra: dict[str, Any] = Field(default_factory=dict, description="what the backend chose (library path, quant "
+                                  "method, kernels, graph or eager)", json_schema_extra={"unit": ""})
     traceback: Optional[str] = doc("the last frames of the exception of an `error` row")
     memory: Optional[MemoryCheck] = doc("memory held before the case and after its release, and the growth: "
                                         "a leak fails the row (`leak`) and replaces the worker")
@@ -135,15 +166,19 @@ class Row(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _from_metrics(cls, data: Any) -> Any:
-        """`Row(..., metrics={...})`: the flat document form is accepted and typed."""
-        if isinstance(data, dict) and "metrics" in data:
+    def _from_metrics(cls, data: Any, info: ValidationInfo) -> Any:
+        """`Row(..., metrics={...})`: the flat document form is accepted and typed; and every text
+        the row holds is made storable (`_storable_fields`), however the row was built (`missing`
+        makes its few strings storable itself)."""
+        if not isinstance(data, dict) or info.context is _STORABLE_ALREADY:
+            return data
+        if "metrics" in data:
             data = dict(data)
             metrics = data.pop("metrics") or {}
             if not isinstance(metrics, dict):
                 raise ValueError("metrics: an object")
             data.update(_parse_metrics(json_safe(metrics)))
-        return data
+        return _storable_fields(data)
 
     # --- identity -------------------------------------------------------------------------------
     def key(self) -> tuple[str, str, str]:
@@ -153,8 +188,17 @@ class Row(BaseModel):
     @classmethod
     def missing(cls, case: Case, backend: str, testlist: str, case_index: int, side: str = "") -> Row:
         """A planned case that has not finished (or never will: the run ended first)."""
-        return cls(case=case, backend=backend, status="missing", testlist=testlist, case_index=case_index,
-                   side=side)
+        return cls.model_validate({"case": case, "backend": storable(backend), "status": "missing",
+                                   "testlist": storable(testlist), "case_index": case_index, "side": storable(side)},
+                                  context=_STORABLE_ALREADY)
+
+    @staticmethod
+    def missing_document(case: Case, backend: str, testlist: str, case_index: int, side: str = "") -> dict[str, Any]:
+        """`Row.missing(...).to_json()`, built without the row: a plan of 10^6 cases is 10^6 of these."""
+        return {"op": {"type": case.type, "args": case.args_dict(), "backend": storable(backend),
+                       "sources": list(case.sources)},
+                "label": case.label(), "status": "missing", "testlist": storable(testlist), "case_index": case_index,
+                "side": storable(side), "error_kind": None, "metrics": {}}
 
     def label(self) -> str:
         """The case's label, and `[rank-local 0/8]` when the row timed one rank's shard of it."""
@@ -207,6 +251,8 @@ class Row(BaseModel):
     def metrics(self) -> dict[str, Any]:
         """The flat `metrics` object of the document (a fresh dict: edit the row, not this)."""
         out: dict[str, Any] = {}
+        if not self.other and self.model_fields_set.isdisjoint(_METRIC_FIELDS):
+            return out                    # a planned row: none of its parts given (10^5 of them per plan)
         for name, _ in _GROUPS:
             part = getattr(self, name)
             if part is not None:
@@ -249,6 +295,38 @@ class Row(BaseModel):
                                 "error_kind": d.get("error_kind")}
         data.update(_parse_metrics(d.get("metrics") or {}))
         return cls.model_validate(data)
+
+
+class Plan(Sequence[dict[str, Any]]):
+    """A run's planned rows (each case `missing`), as the store takes them: each row's document is
+    built when it is stored, and no Row object is made (10^6 planned Rows held 1.8 GB; docs/benchmarks.md,
+    "Scale of a testlist"). Indexing gives the documents; `rows()` the rows, for a reader that wants them."""
+
+    def __init__(self, chosen: Sequence[tuple[int, Case]], backend: str, testlist: str, side: str = "") -> None:
+        self.chosen, self.backend, self.testlist, self.side = chosen, backend, testlist, side
+
+    def __len__(self) -> int:
+        return len(self.chosen)
+
+    @overload
+    def __getitem__(self, i: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[dict[str, Any]]: ...
+
+    def __getitem__(self, i: int | slice) -> dict[str, Any] | Sequence[dict[str, Any]]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        index, case = self.chosen[i]
+        return Row.missing_document(case, self.backend, self.testlist, index, self.side)
+
+    def identities(self) -> list[tuple[str, str, str]]:
+        """Each row's identity, `Row.key()`: (case key, backend, side)."""
+        backend, side = storable(self.backend), storable(self.side)
+        return [(case.key(), backend, side) for _, case in self.chosen]
+
+    def rows(self) -> list[Row]:
+        return [Row.missing(case, self.backend, self.testlist, index, self.side) for index, case in self.chosen]
 
 
 if __name__ == "__main__":  # pragma: no cover - `python -m operatorx.result [--write]`

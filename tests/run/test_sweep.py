@@ -342,8 +342,9 @@ def test_a_failing_database_is_not_tried_row_by_row_for_the_whole_group(tmp_path
     monkeypatch.setattr(store, "put_row", locked_row)
     sink.cases_finished(finished)
     assert tries == [0, 1] and len(sink.unstored) == 6 and len(reporter.done) == 6
-    assert reporter.notes[-1] == ("4 more row(s) not tried: the database failed 2 rows in a row; they stay in "
-                                  "the document")
+    # kept in the run's rows file beside its document, written as they were refused (store/unstored.py)
+    assert reporter.notes[-1] == ("4 more row(s) not tried: the database failed 2 rows in a row; they are kept in "
+                                  f"{tmp_path / 'res' / 'r.unstored.jsonl'}")
 
 
 def test_a_row_from_the_worker_that_does_not_validate_is_its_case_error_and_the_others_are_stored(tmp_path):

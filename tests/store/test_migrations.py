@@ -99,7 +99,7 @@ def test_init_check_upgrade_on_a_fresh_database(tmp_path):
     r = runner.invoke(app, ["db", "init", "--db", db])
     assert r.exit_code == 0 and "already" in r.output
     r = runner.invoke(app, ["db", "check", "--db", db])
-    assert r.exit_code == 0 and "schema 0001 (current), 0 runs, 0 rows" in r.output
+    assert r.exit_code == 0 and "schema 0002 (current), 0 runs, 0 rows" in r.output
     assert json.loads(json.dumps(Store(db).list_runs())) == []
 
 

@@ -210,3 +210,32 @@ def test_a_rank_local_row_says_so_on_the_run_and_case_pages(page, tmp_path, writ
     page.click("#rows-table tbody tr a.case-link")
     text = page.locator("#case-rank-local").inner_text()
     assert "rank 0 of 4 (tp4)" in text and "row-parallel by role mlp.down_proj: k 256 -> 64" in text
+
+
+def test_static_vs_previous_links_open_each_pairs_own_page(page, tmp_path):
+    """`p--q`/`r` and `p`/`q--r` once shared a compare file: from disk, each link opens its own pair."""
+    from operatorx.store import Store
+    from operatorx.web import Queries
+    from operatorx.web.site import build_site
+    from tests.store.conftest import done, planned
+
+    db = str(tmp_path / "pairs.db")
+    store = Store(db)
+    for n, rid in enumerate(("p--q", "r", "p", "q--r")):
+        store.begin_run(rid, f"2026-12-0{n + 1}T00:00:00+00:00", "t", "torch", "cpu", {}, planned(2))
+        for i in range(2):
+            store.put_row(rid, done(i, latency_us=10.0 * (n + 1) + i))
+        store.finish_run(rid, f"2026-12-0{n + 1}T01:00:00+00:00")
+    store.close()
+    site = build_site(Queries.open(db), tmp_path / "site", compare="previous", workers=1)
+    assert site.compares == 3
+    for a, b in (("p--q", "r"), ("p", "q--r"), ("r", "p")):
+        page.goto((site.directory / "index.html").as_uri())
+        row = page.locator("#runs-table tbody tr", has=page.locator(f"a.run-link:text-is('{b}')"))
+        row.locator("a.cmp-prev").click()
+        page.wait_for_load_state()
+        got = page.evaluate("JSON.parse(document.getElementById('ox-data').textContent)")
+        assert (got["a"]["id"], got["b"]["id"]) == (a, b), page.url
+        base = {"p--q": 10.0, "r": 20.0, "p": 30.0, "q--r": 40.0}
+        assert [c["a_latency_us"] for c in got["cases"]] == [base[a], base[a] + 1]
+        assert [c["b_latency_us"] for c in got["cases"]] == [base[b], base[b] + 1]

@@ -21,6 +21,7 @@ from operatorx.run.config import RunConfig
 from operatorx.run.gpus import parse_gpus
 from operatorx.spec.errors import TestlistError
 from operatorx.store.errors import StoreError
+from operatorx.store.redact import hide_password
 
 if TYPE_CHECKING:
     from operatorx.result import Row
@@ -74,7 +75,9 @@ def ab_command(
     l2: str = typer.Option("cold_clean", "--l2", help="L2 state before each call: cold_clean, cold_dirty or warm."),
     same_within: float = typer.Option(0.01, "--same-within", help="Verdict 'same' below this fraction of A."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Also write every result (all samples) here."),
-    db: str = typer.Option("operatorx.db", "--db", help="SQLite path or SQLAlchemy URL; the A/B is stored as a run."),
+    db: str = typer.Option("operatorx.db", "--db", envvar="OPERATORX_DB",
+                           help="SQLite path or SQLAlchemy URL (default: $OPERATORX_DB, else operatorx.db); the "
+                                "A/B is stored as a run."),
     results_dir: Path = typer.Option(Path("operatorx-results"), "--results-dir",
                                      help="Where the run's result document is written."),
     executor: str = typer.Option("local", "--executor", help="local, ray or inline (as for run)."),
@@ -108,8 +111,11 @@ def ab_command(
         raise typer.Exit(2) from err
     results = [{"case_index": r.case_index, **r.ab} for r in outcome.rows if r.ab is not None]
     _out.print(ab_table(results, title=escape(plain(f"A = {a}   B = {b}   ({testlist}; B − A in µs)"))))
+    db = hide_password(db)                          # a password is never printed
     _out.print(f"stored in {plain(db)} as run {outcome.run_id}; document {plain(outcome.document_path)}"
                + (f"; results in {plain(json_path)}" if json_path is not None else ""), markup=False)
+    if outcome.saved is not None:                   # a full disk, a failing store: where everything went
+        _out.print(plain(outcome.saved), markup=False, highlight=False, soft_wrap=True)
     if outcome.state != "finished":
         _out.print(f"run {outcome.run_id} {outcome.state}; resume it with: operatorx run --resume "
                    f"{outcome.run_id} --db {plain(db)}", markup=False)

@@ -53,7 +53,7 @@ def _load(which: str, ref: str, db: str) -> dict[str, Any]:
     try:
         from operatorx.store import Store
 
-        return Store(db, create=False).document(ref)
+        return Store(db, create=False, read_only=True).document(ref)
     except (RunNotFound, StoreError) as err:
         raise _fail(f"{which} {ref}: {str(err).strip().splitlines()[0] if str(err).strip() else err}") from None
 
@@ -62,7 +62,8 @@ def _load(which: str, ref: str, db: str) -> dict[str, Any]:
 def compare(
     a: str = typer.Argument(..., help="Baseline: run id, unique prefix, 'latest', or a result document .json."),
     b: str = typer.Argument(..., help="Contender, the same way."),
-    db: str = typer.Option("operatorx.db", "--db", help="SQLite path or URL holding the runs."),
+    db: str = typer.Option("operatorx.db", "--db", envvar="OPERATORX_DB",
+                           help="SQLite path or URL holding the runs (default: $OPERATORX_DB, else operatorx.db)."),
     min_effect: float = typer.Option(0.02, "--min-effect",
                                      help="Smallest change that matters, as a fraction (0.02 = 2%)."),
     alpha: float = typer.Option(0.05, "--alpha", help="False discovery rate for faster/slower verdicts."),

@@ -6,18 +6,21 @@ from pathlib import Path
 
 import typer
 
+from operatorx.report.safe import plain
 from operatorx.store import StoreError
 
 __all__ = ["db_app"]
 
 db_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
                      help="Create, upgrade and check the results database; ingest documents.")
-_DB = typer.Option("operatorx.db", "--db", help="SQLite path, sqlite:///PATH, or postgresql://USER@HOST:PORT/DB.")
+_DB = typer.Option("operatorx.db", "--db", envvar="OPERATORX_DB",
+                   help="SQLite path, sqlite:///PATH, or postgresql://USER@HOST:PORT/DB (default: $OPERATORX_DB, "
+                        "else operatorx.db).")
 
 
 def fail(err: Exception) -> typer.Exit:
     """One line on stderr, exit code 2 (the caller raises what this returns)."""
-    typer.echo(f"error: {err}", err=True)
+    typer.echo(f"error: {plain(err)}", err=True)
     return typer.Exit(2)
 
 
@@ -74,8 +77,9 @@ def ingest(documents: list[Path] = typer.Argument(..., help="Result documents (J
             got = store_document(store, prep)
             c = got["counts"]
             done = "replaced" if got["replaced"] else "stored"
-            typer.echo(f"{prep.where}: run {got['run_id']} ({got['state']}) {done}, "
-                       f"{got['rows']} rows: {c['ok']} ok, {c['unsupported']} unsupported, {c['error']} error, "
-                       f"{c['missing']} missing")
+            # the file name, run id and state come from outside: printed without ESC, controls or bidi
+            typer.echo(plain(f"{prep.where}: run {got['run_id']} ({got['state']}) {done}, "
+                             f"{got['rows']} rows: {c['ok']} ok, {c['unsupported']} unsupported, "
+                             f"{c['error']} error, {c['missing']} missing"))
     except StoreError as err:
         raise fail(err) from None

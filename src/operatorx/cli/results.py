@@ -25,7 +25,9 @@ __all__ = ["results_app"]
 
 results_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Stored runs and their rows.")
 _out = Console(width=None if sys.stdout.isatty() else 200)
-_DB = typer.Option("operatorx.db", "--db", help="SQLite path, sqlite:///PATH, or postgresql://USER@HOST:PORT/DB.")
+_DB = typer.Option("operatorx.db", "--db", envvar="OPERATORX_DB",
+                   help="SQLite path, sqlite:///PATH, or postgresql://USER@HOST:PORT/DB (default: $OPERATORX_DB, "
+                        "else operatorx.db).")
 
 
 class ExportFormat(str, Enum):
@@ -38,7 +40,7 @@ def _open(db: str) -> Store:
     from operatorx.store import Store
 
     try:
-        return Store(db, create=False)
+        return Store(db, create=False, read_only=True)
     except StoreError as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None

@@ -22,6 +22,7 @@ from operatorx.run.gpus import parse_gpus
 from operatorx.run.sweep import RunOutcome, check_run_id, resume_run, run_testlist
 from operatorx.spec.errors import TestlistError
 from operatorx.store.errors import RunNotFound, StoreError
+from operatorx.store.redact import hide_password
 
 __all__ = ["run_command", "check_output_dir", "print_outcome"]
 
@@ -33,7 +34,7 @@ BACKEND_HELP = ("torch (default), vllm (pip install -e \".[vllm]\"), or your own
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
-    _err.print(f"error: {plain(message)}", markup=False, highlight=False, soft_wrap=True)
+    _err.print(f"error: {plain(hide_password(message))}", markup=False, highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 
@@ -53,7 +54,7 @@ def _run_counters(db: str, results_dir: Path) -> None:
     from operatorx.run.counters import run_with_counters
 
     run_id, code = run_with_counters(sys.argv[1:], db=db, results_dir=results_dir)
-    _out.print(f"counters added to run {plain(run_id)}; stored in {plain(db)}", markup=False)
+    _out.print(f"counters added to run {plain(run_id)}; stored in {plain(hide_password(db))}", markup=False)
     if code != 0:
         raise typer.Exit(code)
 
@@ -77,7 +78,9 @@ FULL_TABLE_ROWS = 200
 
 
 def print_outcome(outcome: RunOutcome, title: str, db: str, host: bool = False, headline: str = "span") -> None:
-    """The table, the counts, where everything went, and how to resume a run that did not finish."""
+    """The table, the counts, where everything went, and how to resume a run that did not finish.
+    `db` is printed in its display form: a password in it is never printed."""
+    db = hide_password(db)
     from operatorx.report import layers_table, rows_table
 
     docs = outcome.row_docs                         # as the document holds them: nothing validated again
@@ -94,9 +97,11 @@ def print_outcome(outcome: RunOutcome, title: str, db: str, host: bool = False, 
     if layers is not None:
         _out.print(layers)
     counts = ", ".join(f"{outcome.count(s)} {s}" for s in ("ok", "unsupported", "error", "missing"))
-    _out.print(f"{counts}; stored in {plain(db)}; document {plain(outcome.document_path)}", markup=False,
-               highlight=False)
-    if outcome.unstored:
+    document = plain(outcome.document_path) if outcome.document_written else "not written (below)"
+    _out.print(f"{counts}; stored in {plain(db)}; document {document}", markup=False, highlight=False)
+    if outcome.saved is not None:                   # a full disk, a failing store: where everything went
+        _out.print(plain(outcome.saved), markup=False, highlight=False, soft_wrap=True)
+    elif outcome.unstored:
         _out.print(f"{outcome.unstored} row(s) could not be stored in the database; the document holds them",
                    markup=False)
     if outcome.state != "finished":
@@ -106,12 +111,15 @@ def print_outcome(outcome: RunOutcome, title: str, db: str, host: bool = False, 
 
 def run_command(
     testlist: Optional[str] = typer.Option(None, "--testlist", "-t", help="Shipped testlist name or path."),
-    backend: str = typer.Option("torch", "--backend", "-b", help=BACKEND_HELP),
+    backend: Optional[str] = typer.Option(None, "--backend", "-b", help=BACKEND_HELP + " With --resume: the "
+                                          "run's backend, needed for a run this machine did not start."),
     device: Optional[str] = typer.Option(None, "--device", help="cuda or cpu (default: cuda when there is a GPU)."),
     filter_text: Optional[str] = typer.Option(None, "--filter",
                                               help="Keep cases whose label/scheme/sources contain this."),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Run the first N selected cases only."),
-    db: str = typer.Option("operatorx.db", "--db", help="SQLite path or SQLAlchemy URL (postgresql://...)."),
+    db: str = typer.Option("operatorx.db", "--db", envvar="OPERATORX_DB",
+                           help="SQLite path or SQLAlchemy URL (postgresql://...); default: $OPERATORX_DB, "
+                                "else operatorx.db."),
     results_dir: Path = typer.Option(Path("operatorx-results"), "--results-dir",
                                      help="Where the run's result document (RUN_ID.json) is written."),
     strict: bool = typer.Option(False, "--strict/--no-strict",
@@ -176,12 +184,13 @@ def run_command(
     try:
         check_output_dir(results_dir, "--results-dir")
         if resume is not None:
-            outcome = resume_run(resume, db, reporter, results_dir=results_dir)
+            outcome = resume_run(resume, db, reporter, results_dir=results_dir, backend=backend)
             print_outcome(outcome, f"run {outcome.run_id} (resumed)", db, headline=report)
             _exit_strict(strict, outcome)
             return
         if testlist is None:
             raise ValueError("--testlist is required (or --resume RUN_ID)")
+        backend = backend or "torch"
         timing = TimingSettings(min_samples=min_samples, max_samples=max(2000, min_samples), mode=timing_mode,  # type: ignore[arg-type]
                                 l2_state=l2, noise_target=noise_target, max_time_s=max_time_s,  # type: ignore[arg-type]
                                 warmup_calls=warmup_calls, spin=not no_spin)

@@ -46,14 +46,17 @@ def _warning(line: str) -> None:
 
 @testlist_app.command("validate")
 def validate(files: list[str] = typer.Argument(..., help="Testlist files or shipped names.")) -> None:
-    """Validate testlists; every problem names the file, the case index and the field. Exit 1 if any fails."""
-    from operatorx.spec.testlist import load_testlist, resolve_testlist
+    """Validate testlists; every problem names the file, the case index and the field. Exit 1 if any fails.
+    A case given more than once is one case (its copies' sources merged): the line says how many."""
+    from operatorx.spec.testlist import read_testlist, resolve_testlist
 
     failed = False
     for name in files:
         try:
-            cases = load_testlist(resolve_testlist(name), on_warning=_warning)
-            _out.print(f"[green]ok[/green] {term(name)}: {plural(len(cases), 'case')}")
+            testlist = read_testlist(resolve_testlist(name), on_warning=_warning)
+            merged = testlist.merged_line()
+            _out.print(f"[green]ok[/green] {term(name)}: {plural(len(testlist.cases), 'case')}"
+                       + (f"; {merged}" if merged else ""), soft_wrap=True)
         except TestlistError as err:
             failed = True
             _problems(err.problems)
@@ -63,14 +66,19 @@ def validate(files: list[str] = typer.Argument(..., help="Testlist files or ship
 
 @testlist_app.command("show")
 def show(file: str = typer.Argument(..., help="A testlist file or shipped name.")) -> None:
-    """Counts of cases by type and scheme, and the serving recipes that use them."""
-    from operatorx.spec.testlist import load_testlist, resolve_testlist
+    """Counts of cases by type and scheme, and the serving recipes that use them (duplicates merged,
+    as a run holds them)."""
+    from operatorx.spec.testlist import read_testlist, resolve_testlist
 
     try:
-        cases = load_testlist(resolve_testlist(file), on_warning=_warning)
+        testlist = read_testlist(resolve_testlist(file), on_warning=_warning)
     except TestlistError as err:
         _problems(err.problems)
         raise typer.Exit(1) from err
+    cases = testlist.cases
+    merged = testlist.merged_line()
+    if merged:
+        _out.print(merged, soft_wrap=True)
     counts = Counter((c.type, c.scheme()) for c in cases)
     t = Table(title=f"{term(file)}: {plural(len(cases), 'case')}")
     t.add_column("type")

@@ -9,6 +9,9 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
+from operatorx.report.safe import plain
+from operatorx.store.redact import hide_password
+
 if TYPE_CHECKING:
     from operatorx.web import Queries
 
@@ -18,11 +21,12 @@ if TYPE_CHECKING:
 __all__ = ["serve_command", "report_app"]
 
 report_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Reports over stored runs.")
-_DB = typer.Option("operatorx.db", "--db", help="SQLite path or SQLAlchemy URL (opened read-only).")
+_DB = typer.Option("operatorx.db", "--db", envvar="OPERATORX_DB",
+                   help="SQLite path or SQLAlchemy URL, opened read-only (default: $OPERATORX_DB, else operatorx.db).")
 
 
 def _fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
+    typer.echo(f"error: {plain(message)}", err=True)
     return typer.Exit(2)
 
 
@@ -50,7 +54,7 @@ def serve_command(db: str = _DB,
     except OSError as err:
         raise _fail(f"cannot listen on {host}:{port}: {err.strerror or err}; pick another --port or --host") \
             from None
-    typer.echo(f"OperatorX dashboard on http://{host}:{port}/ (read-only {db}); Ctrl-C stops it")
+    typer.echo(f"OperatorX dashboard on http://{host}:{port}/ (read-only {plain(hide_password(db))}); Ctrl-C stops it")
     uvicorn.run(app, host=host, port=port, log_level="warning")
 
 
@@ -85,5 +89,7 @@ def build_command(db: str = _DB,
         raise _fail(str(err)) from None
     except OSError as err:
         raise _fail(f"cannot write {output}: {err.strerror or err}") from None
-    typer.echo(f"{site.runs} runs, {site.pages} pages ({site.compares} comparisons) in "
-               f"{time.perf_counter() - t0:.1f} s: open {site.directory / 'index.html'}")
+    for note in site.skipped:                 # one bad run is left out, never the whole site
+        typer.echo(f"note: {plain(note)}", err=True)
+    typer.echo(plain(f"{site.runs} runs, {site.pages} pages ({site.compares} comparisons) in "
+                     f"{time.perf_counter() - t0:.1f} s: open {site.directory / 'index.html'}"))

@@ -6,7 +6,8 @@ user file names (`inj[v2].json`), `py:` specs (`b.py:ok[x=1]`), testlist keys (`
   removed, then rich markup is escaped, so `[x]` prints as `[x]` and never styles or raises.
 - `plain()`: the same cleaning without markup escaping, for `typer.echo` and other plain writes.
 - `md_cell()`: one Markdown table cell: `|` escaped, line breaks to spaces, `<`, `>` and `&` as
-  HTML entities (a renderer shows the text, never runs `<script>` or `<img onerror>`).
+  HTML entities (a renderer shows the text, never runs `<script>` or `<img onerror>`), link and
+  image brackets, backticks and URL autolinks escaped (shown as text, never followed or loaded).
 - `csv_cell()`: a cell a spreadsheet reads as data: a text starting with `=`, `+`, `-`, `@`, tab
   or CR gets a leading `'` (OWASP's formula-injection advice); lists and dicts are JSON.
 """
@@ -63,11 +64,23 @@ def term(value: Any, keep_newlines: bool = False) -> str:
     return escaped[:-1] if doubled else escaped
 
 
+_MD_PUNCT = re.compile(r"[\\|\[\]`]")
+_URL_SCHEME = re.compile(r"(?i)\b([a-z][a-z0-9+.-]{1,31}):(?=//)")
+_WWW = re.compile(r"(?i)\b(www)\.")
+
+
 def md_cell(value: Any) -> str:
-    """One Markdown table cell: no line breaks, `|` escaped, HTML special characters as entities."""
+    """One Markdown table cell that a Markdown viewer shows as the text itself, never as a link,
+    an image, markup or HTML: no line breaks; `&`, `<`, `>` as HTML entities (no raw HTML, no
+    `<http://...>` autolink); `\\`, `|`, `[`, `]` and backticks escaped (no table break, no
+    `[text](url)` or `![img](url)`, no code span); and the `:` of `scheme://` and the `.` of `www.`
+    escaped, so GitHub's autolink extension finds no URL. (An e-mail address may still be linked
+    there: cmark-gfm finds those whatever is escaped.)"""
     text = plain(value)
     text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return text.replace("\\", "\\\\").replace("|", "\\|")
+    text = _MD_PUNCT.sub(lambda m: "\\" + m.group(0), text)
+    text = _URL_SCHEME.sub(lambda m: m.group(1) + "\\:", text)
+    return _WWW.sub(lambda m: m.group(1) + "\\.", text)
 
 
 def csv_cell(value: Any) -> Any:

@@ -1,7 +1,8 @@
 """A run's configuration, frozen and checked before any device work.
 
-It travels: to each worker process (as JSON over the worker's pipe) and into the store (so
-`--resume` runs the missing cases with exactly the settings of the original run).
+It travels: to each worker process (as JSON over the worker's pipe, `worker_json`: without the
+database, which workers never open) and into documents and the store (`to_json`: the database's
+password hidden), so `--resume` runs the missing cases with the settings of the original run.
 """
 
 from __future__ import annotations
@@ -59,6 +60,8 @@ class RunConfig:
     """Keep cases whose label, scheme or sources contain this text."""
     limit: Optional[int] = None
     db: str = "operatorx.db"
+    """The `--db` as given (a password included): read by this process only. Documents and the store
+    keep its display form; a config read back from JSON without one holds "" (no database)."""
     results_dir: Path = Path("operatorx-results")
     timing: TimingSettings = field(default_factory=TimingSettings)
     cpu_max_gflop: float = 50.0
@@ -147,7 +150,18 @@ class RunConfig:
 
     # --- (de)serialisation: to workers and into the store ----------------------------------------
     def to_json(self) -> dict[str, Any]:
+        """The record documents, the store and `--resume` keep: `db` in its display form (a URL's
+        password as `***`), so a shared document or database never carries the secret."""
+        from operatorx.store.redact import hide_password
+
+        out = self.worker_json()
+        out["db"] = hide_password(self.db)
+        return out
+
+    def worker_json(self) -> dict[str, Any]:
+        """What a worker is sent: everything but `db` (a worker stores nothing, so it gets no URL)."""
         out = asdict(self)
+        del out["db"]
         out["results_dir"] = str(self.results_dir)
         out["trace_dir"] = None if self.trace_dir is None else str(self.trace_dir)
         out["gpus"] = None if self.gpus is None else list(self.gpus)
@@ -158,6 +172,7 @@ class RunConfig:
     def from_json(cls, data: dict[str, Any]) -> RunConfig:
         known = {f.name for f in fields(cls)}
         kw = {k: v for k, v in data.items() if k in known}
+        kw.setdefault("db", "")
         kw["timing"] = TimingSettings(**kw.get("timing", {}))
         kw["host_timing"] = HostTimeSettings(**kw.get("host_timing", {}))
         kw["results_dir"] = Path(kw.get("results_dir", "operatorx-results"))

@@ -9,6 +9,7 @@ then patches those rows (one transaction) and rewrites the run's result document
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -27,6 +28,8 @@ from operatorx.measure.ncu import (
 )
 from operatorx.run.sweep import new_run_id
 from operatorx.store import RunNotFound, Store, write_json_atomic
+from operatorx.store.redact import hide_password
+from operatorx.store.run_ids import document_path
 
 __all__ = ["CountersError", "COUNTERS_FLAG", "CHILD_FLAG", "RUN_ID_OPTION", "child_command",
            "counters_patches", "run_with_counters"]
@@ -51,6 +54,25 @@ def child_command(argv: list[str], run_id: str) -> list[str]:
             raise ValueError(f"{internal} is set by --counters for its child; leave it out")
     args = [a for a in args if a != COUNTERS_FLAG]
     return [sys.executable, "-m", "operatorx", "run", *args, CHILD_FLAG, RUN_ID_OPTION, run_id]
+
+
+def _db_by_env(child: list[str], db: str) -> tuple[list[str], dict[str, str]]:
+    """The child's command and environment: a `--db` holding a password goes to the child as
+    OPERATORX_DB instead of on its command line, which other users' `ps` shows and ncu's report keeps."""
+    env = dict(os.environ)
+    if hide_password(db) == db:
+        return child, env
+    out: list[str] = []
+    skip = False
+    for a in child:
+        if skip:
+            skip = False
+        elif a == "--db":
+            skip = True
+        elif not a.startswith("--db="):
+            out.append(a)
+    env["OPERATORX_DB"] = db
+    return out, env
 
 
 def _ncu_version(ncu_path: str) -> Optional[str]:
@@ -119,10 +141,10 @@ def run_with_counters(argv: list[str], db: str, results_dir: Path, ncu: str = "n
         raise CountersError(f"--counters needs Nsight Compute: {ncu!r} was not found on PATH or is not "
                             "executable (install ncu, or put its directory on PATH)")
     run_id = new_run_id()
-    child = child_command(argv, run_id)
+    child, env = _db_by_env(child_command(argv, run_id), db)
     workdir = Path(tempfile.mkdtemp(prefix=f"ox-counters-{run_id}-"))
     csv_path = workdir / "ncu.csv"
-    child_rc = subprocess.run(ncu_command(child, csv_path, ncu=ncu_path)).returncode
+    child_rc = subprocess.run(ncu_command(child, csv_path, ncu=ncu_path), env=env).returncode
     child_rc = 128 - child_rc if child_rc < 0 else child_rc          # killed by signal N: 128 + N, as shells say
     store = _stored_run(db, run_id)
     if store is None:                        # the child stopped before its run began: nothing to patch
@@ -133,6 +155,6 @@ def run_with_counters(argv: list[str], db: str, results_dir: Path, ncu: str = "n
     version = _ncu_version(ncu_path)
     tool = f"ncu {version}" if version else "ncu"
     store.patch_metrics(run_id, counters_patches(rows, counters, tool, child_rc))
-    write_json_atomic(store.document(run_id), Path(results_dir) / f"{run_id}.json")
+    write_json_atomic(store.document(run_id), document_path(Path(results_dir), run_id))
     shutil.rmtree(workdir, ignore_errors=True)
     return run_id, child_rc

@@ -2,7 +2,9 @@
 
     exception   the backend raised; the worker goes on
     check       the result was wrong; the worker goes on
-    oom         out of memory: tried once more in a fresh worker, then an error
+    oom         out of memory: an allocator failed (device or host: MemoryError, ENOMEM, bad_alloc), or
+                the kernel killed the worker for memory (run/oom.py); tried once more in a fresh
+                worker, then an error
     cuda_fault  the CUDA context is poisoned (illegal address, launch failure, device assert):
                 every later call in that process would fail, so the worker is replaced
     timeout     the case passed its deadline: the worker's process group is killed
@@ -15,7 +17,7 @@ from __future__ import annotations
 import re
 from typing import Literal, Optional
 
-__all__ = ["ErrorKind", "classify_message", "poisons_worker", "RETRIED_KINDS", "KILLS_ALLOWED"]
+__all__ = ["ErrorKind", "classify_message", "died_of_allocation", "poisons_worker", "RETRIED_KINDS", "KILLS_ALLOWED"]
 
 ErrorKind = Literal["exception", "check", "oom", "cuda_fault", "timeout", "crashed", "leak"]
 
@@ -30,8 +32,15 @@ _CUDA_FAULT = re.compile(
     r"illegal memory access|illegal address|unspecified launch failure|device-side assert|misaligned address|"
     r"illegal instruction|CUDA error: an? (?:illegal|unspecified)|cudaErrorLaunchFailure|"
     r"CUDA_ERROR_ILLEGAL_ADDRESS|hardware stack error|uncorrectable ECC", re.IGNORECASE)
-_OOM = re.compile(r"out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation",
-                  re.IGNORECASE)
+# Device and host allocator failures: CUDA's and cuBLAS's, Python's MemoryError, the C library's
+# ENOMEM ("Cannot allocate memory", errno 12), C++'s std::bad_alloc, and torch's CPU allocator
+# ("DefaultCPUAllocator: can't allocate memory", "CPU: not enough memory").
+_OOM = re.compile(r"out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation|"
+                  r"\bMemoryError\b|cannot allocate memory|can't allocate memory|not enough memory|"
+                  r"\bbad_alloc\b|\[Errno 12\]|\bENOMEM\b", re.IGNORECASE)
+
+_LAST_LINES = 3
+"""The lines at the end of a dead worker's log that may say it died of an allocator failure."""
 
 
 def classify_message(message: Optional[str], wrong_result: bool = False) -> ErrorKind:
@@ -44,6 +53,14 @@ def classify_message(message: Optional[str], wrong_result: bool = False) -> Erro
     if _OOM.search(text):
         return "oom"
     return "exception"
+
+
+def died_of_allocation(log_tail: str) -> bool:
+    """A worker that exited (not killed) with an allocator failure among the last lines of its log:
+    an uncaught MemoryError, or C++'s `terminate called after throwing ... std::bad_alloc`. Only the
+    last lines count, so an earlier case's warning does not."""
+    lines = [ln for ln in log_tail.splitlines() if ln.strip()][-_LAST_LINES:]
+    return any(_OOM.search(ln) and not _CUDA_FAULT.search(ln) for ln in lines)
 
 
 def poisons_worker(kind: Optional[str]) -> bool:

@@ -59,8 +59,12 @@ def parse_gpus(text: Optional[str]) -> Optional[tuple[int, ...]]:
 
 def worker_env(device_entry: Optional[str], cpu_share: Optional[int] = None) -> dict[str, str]:
     """The environment of a worker: one GPU (by its CUDA_VISIBLE_DEVICES entry), or none on the
-    CPU device, and CUDA's device order pinned to PCI bus order so NVML and CUDA agree."""
-    env = dict(os.environ)
+    CPU device, and CUDA's device order pinned to PCI bus order so NVML and CUDA agree. The database's
+    secrets (OPERATORX_DB, PGPASSWORD) stay with the parent: a worker stores nothing, and what it runs
+    (a user's backend) need not see them."""
+    from operatorx.store.redact import SECRET_ENV
+
+    env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
     if device_entry is not None:
         if "CUDA_VISIBLE_DEVICES" not in os.environ:     # our indices are NVML's: PCI bus order
             env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")

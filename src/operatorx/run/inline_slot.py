@@ -31,7 +31,7 @@ class InlineSlot:
 
     def ensure_worker(self) -> dict[str, Any]:
         if self._job is None:
-            self._job = build_job(self.spec)
+            self._job = build_job(JobSpec.from_json(self.spec.worker_json()))   # what a worker gets: no database
             self.worker = self._job
             config = self.spec.config
             self._watch = MemoryWatch(config.device or "cpu", config.leak_limit_device_mib, config.leak_limit_host_mib)

@@ -45,7 +45,15 @@ class JobSpec:
         return self.config.backend if self.ab is None else f"ab: {self.ab.a} | {self.ab.b}"
 
     def to_json(self) -> dict[str, Any]:
-        return {"config": self.config.to_json(), "run_id": self.run_id, "testlist": self.testlist,
+        """The record kept with the run (documents, the store): the database's password hidden."""
+        return self._json(self.config.to_json())
+
+    def worker_json(self) -> dict[str, Any]:
+        """What a worker process (or Ray actor) is sent: no database at all (RunConfig.worker_json)."""
+        return self._json(self.config.worker_json())
+
+    def _json(self, config: dict[str, Any]) -> dict[str, Any]:
+        return {"config": config, "run_id": self.run_id, "testlist": self.testlist,
                 "ab": None if self.ab is None else {"a": self.ab.a, "b": self.ab.b, "settings": self.ab.settings}}
 
     @classmethod

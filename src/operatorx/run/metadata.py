@@ -35,8 +35,11 @@ def git_sha() -> Optional[str]:
 
 
 def behaviour_env() -> dict[str, str]:
-    """Environment variables that can change which kernel runs or how fast."""
-    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(_ENV_PREFIXES)}
+    """Environment variables that can change which kernel runs or how fast (never a database secret:
+    OPERATORX_DB may hold a password, and this is stored with the run)."""
+    from operatorx.store.redact import SECRET_ENV
+
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(_ENV_PREFIXES) and k not in SECRET_ENV}
 
 
 def run_info(device: DeviceInfo) -> dict[str, Any]:

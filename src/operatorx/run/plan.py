@@ -7,9 +7,10 @@ existing case on its shard, and every machine computes the same partition.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Optional, TypeVar
 
+from operatorx.bulk import gc_paused
 from operatorx.run.config import Shard
 from operatorx.spec import Case
 
@@ -20,12 +21,18 @@ T = TypeVar("T")
 
 
 def select_cases(cases: list[Case], text: Optional[str], limit: Optional[int],
-                 shard: Optional[Shard] = None) -> list[tuple[int, Case]]:
+                 shard: Optional[Shard] = None, indexes: Optional[Sequence[int]] = None) -> list[tuple[int, Case]]:
     """(index in the testlist, case) for cases whose label, scheme or sources contain `text`, in
-    `shard` when given; `limit` applies last (the first N of this shard)."""
-    chosen = [(i, c) for i, c in enumerate(cases)
-              if (text is None or any(text in s for s in (c.label(), c.scheme(), *c.sources)))
-              and (shard is None or in_shard(c, shard))]
+    `shard` when given; `limit` applies last (the first N of this shard). `indexes` are the cases'
+    indexes in the file (a `Testlist`'s, duplicates merged); default their positions in `cases`."""
+    numbered = zip(indexes, cases, strict=True) if indexes is not None else enumerate(cases)
+    with gc_paused():              # 10^5 new tuples over 10^5 live cases (operatorx/bulk.py)
+        if text is None and shard is None:
+            chosen = list(numbered)
+        else:
+            chosen = [(i, c) for i, c in numbered
+                      if (text is None or any(text in s for s in (c.label(), c.scheme(), *c.sources)))
+                      and (shard is None or in_shard(c, shard))]
     return chosen[:limit] if limit is not None else chosen
 
 

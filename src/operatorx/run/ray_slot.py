@@ -133,5 +133,5 @@ def ray_slots(spec: JobSpec, count: int, address: Optional[str], cpu_share: Opti
             ray.init(_node_ip_address="127.0.0.1", include_dashboard=False, log_to_driver=False)
     gpu = spec.config.device == "cuda"
     remote = ray.remote(num_gpus=1 if gpu else 0, num_cpus=1, max_restarts=-1, max_task_retries=0)(_WorkerActor)
-    return [RaySlot(actor=remote.remote(spec.to_json(), f"ray{i}", cpu_share), name=f"ray{i}")
+    return [RaySlot(actor=remote.remote(spec.worker_json(), f"ray{i}", cpu_share), name=f"ray{i}")
             for i in range(count)]

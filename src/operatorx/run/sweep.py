@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 import secrets
 import signal
 import threading
@@ -31,11 +30,13 @@ from operatorx.run.job import ABJob, JobSpec
 from operatorx.run.scheduler import FinishedCase, Scheduler, SlotLike, Task, make_stop_handler
 from operatorx.run.worker_process import CaseOutcome
 from operatorx.store.errors import StoreError
+from operatorx.store.run_ids import check_run_id, document_path
 
 if TYPE_CHECKING:
     from operatorx.result import Row
     from operatorx.spec import Case
     from operatorx.store import Store
+    from operatorx.store.unstored import UnstoredRows
 
 # The testlist, the result models and the database (SQLAlchemy) are imported where they are used,
 # after a new run has spawned its workers: imported here, every worker's spawn waited for them (the
@@ -43,9 +44,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Reporter", "RunOutcome", "EmptySelection", "new_run_id", "now_utc", "check_run_id",
            "run_testlist", "run_ab_pairs", "resume_run"]
-
-_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-
 
 class EmptySelection(ValueError):
     """The filter, limit and shard leave no case: nothing to run, and saying so beats an empty run."""
@@ -82,7 +80,13 @@ class RunOutcome:
     not finish). The typed rows are `rows`, validated when first asked for: validating 5,000 rows
     costs about a second that the command's summary does not need."""
     unstored: int = 0
-    """Rows the database refused after its retries; the document holds them."""
+    """Rows the database refused after its retries; the document holds them (or, when no document
+    could be written, the rows file `saved` names)."""
+    document_written: bool = True
+    """False when no location could take the document (a full disk): `saved` says where the rows are."""
+    saved: Optional[str] = None
+    """One line saying where the document or the rows the database refused went, when anything did
+    not go where it should (a full disk, a failing store); None when everything did."""
 
     @functools.cached_property
     def rows(self) -> list[Row]:
@@ -103,14 +107,6 @@ def now_utc() -> str:
 def new_run_id() -> str:
     """`YYYYmmdd-HHMMSS-` + 6 hex digits: sortable by start time, unique across machines."""
     return datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
-
-
-def check_run_id(run_id: str) -> str:
-    """A run id names a file in the results directory: letters, digits, `.`, `_`, `-` only."""
-    if not _RUN_ID.fullmatch(run_id):
-        raise ValueError(f"run id {run_id!r}: use 1-64 letters, digits, '.', '_' or '-' (not starting with "
-                         "'.' or '-')")
-    return run_id
 
 
 def _device_kind(requested: Optional[str]) -> str:
@@ -197,10 +193,23 @@ _FAILED_IN_A_ROW = 2
 class _Sink:
     """Final rows to the store (and the reporter), worker info to the run record."""
 
-    def __init__(self, spec: JobSpec, store: Store, reporter: Reporter) -> None:
-        self.spec, self.store, self.reporter = spec, store, reporter
+    def __init__(self, spec: JobSpec, store: Store, reporter: Reporter, kept: Optional[UnstoredRows] = None) -> None:
+        if kept is None:
+            from operatorx.store.unstored import UnstoredRows
+
+            kept = UnstoredRows(spec.run_id, spec.config.results_dir, _header_from_job(spec))
+        self.spec, self.store, self.reporter, self.kept = spec, store, reporter, kept
         self.unstored: dict[tuple[str, str, str], Row] = {}
         self._workers: dict[str, Any] = {}
+
+    def _keep(self, row: Row) -> str:
+        """Keep a row the store refused: for the document, and in the rows file at once, before
+        anything else can fail (store/unstored.py). Where it is kept, in words."""
+        self.unstored[row.key()] = row
+        moved = self.kept.add(row.key(), row.to_json())
+        if moved is not None:
+            self.reporter.note(moved)
+        return str(self.kept.path) if self.kept.path is not None else "memory only"
 
     def worker_ready(self, slot: str, info: dict[str, Any]) -> None:
         first = not self._workers
@@ -225,19 +234,19 @@ class _Sink:
         store refuses does not take the others with it; but after `_FAILED_IN_A_ROW` single rows fail
         one after another the database itself is failing (locked, unreachable), and the rest are not
         tried: each try waits out the store's retries, and a stopping run must not wait that long
-        per row. A row that is not stored stays in the run's document."""
+        per row. A row that is not stored is kept in the run's rows file and document (`_keep`)."""
         rows = [self._row(f) for f in finished]
         if len(rows) == 1 or not self._put_together(rows):
-            failed_in_a_row, skipped = 0, 0
+            failed_in_a_row, skipped, where = 0, 0, ""
             for row in rows:
                 if failed_in_a_row >= _FAILED_IN_A_ROW:
-                    self.unstored[row.key()] = row
+                    where = self._keep(row)
                     skipped += 1
                 else:
                     failed_in_a_row = 0 if self._put_alone(row) else failed_in_a_row + 1
             if skipped:
                 self.reporter.note(f"{skipped} more row(s) not tried: the database failed {_FAILED_IN_A_ROW} "
-                                   "rows in a row; they stay in the document")
+                                   f"rows in a row; they are kept in {where}")
         for f, row in zip(finished, rows, strict=True):
             self.reporter.case_done(f.slot, row)
 
@@ -259,16 +268,16 @@ class _Sink:
     def _put_together(self, rows: list[Row]) -> bool:
         try:
             self.store.put_rows(self.spec.run_id, rows)
-        except StoreError:
+        except Exception:  # noqa: BLE001 - any refusal: each row is tried alone
             return False
         return True
 
     def _put_alone(self, row: Row) -> bool:
         try:
             self.store.put_row(self.spec.run_id, row)
-        except StoreError as err:
-            self.unstored[row.key()] = row
-            self.reporter.note(f"row of case {row.case_index} not stored ({err}); it stays in the document")
+        except Exception as err:  # noqa: BLE001 - a row the store refuses is kept, whatever the reason
+            where = self._keep(row)
+            self.reporter.note(f"row of case {row.case_index} not stored ({_one_line(err)}); kept in {where}")
             return False
         return True
 
@@ -276,9 +285,43 @@ class _Sink:
         self.reporter.note(f"{slot}: no worker could start; its cases go to the others. {message}")
 
 
+def _one_line(err: BaseException) -> str:
+    """An exception as one line: a StoreError's own message, else its type and first line."""
+    if isinstance(err, StoreError):
+        return str(err)
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0]}" if text else type(err).__name__
+
+
+def _is_terminal(fd: int) -> bool:
+    try:
+        return os.isatty(fd)
+    except OSError:
+        return False
+
+
+def _leave_hung_up_terminals(fds: list[int]) -> None:
+    """Point those of `fds` (stdout, stderr) whose terminal has hung up at /dev/null: a write to a
+    hung-up terminal fails (EIO), and a failing note or summary must not end the run before its
+    document is written. A terminal that still answers (a `kill -HUP` from a live shell) is kept."""
+    for fd in fds:
+        if _is_terminal(fd):
+            continue
+        try:
+            null = os.open(os.devnull, os.O_WRONLY)
+        except OSError:
+            continue
+        os.dup2(null, fd)
+        os.close(null)
+
+
 @contextmanager
 def _signals_stop(scheduler: Scheduler, reporter: Reporter) -> Iterator[None]:
-    """SIGINT and SIGTERM stop the run gracefully while it lasts (main thread only)."""
+    """SIGINT, SIGTERM and SIGHUP stop the run gracefully while it lasts (main thread only).
+
+    SIGHUP is what a closed terminal or ssh session sends; it used to end the run at once, with no
+    document and the run left `running`. Its terminal is gone, so output bound for it goes to
+    /dev/null from then on. A SIGHUP ignored when the run began (`nohup`) stays ignored."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -287,8 +330,18 @@ def _signals_stop(scheduler: Scheduler, reporter: Reporter) -> Iterator[None]:
         reporter.note(f"{signal.Signals(signum).name}: no new cases; waiting up to {scheduler.grace_s:g} s "
                       "for the cases in flight")
 
-    handler = make_stop_handler(scheduler, said)
-    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    stop = make_stop_handler(scheduler, said)
+    terminals = [fd for fd in (1, 2) if _is_terminal(fd)]
+
+    def handler(signum: int, frame: Any) -> None:
+        if signum == signal.SIGHUP:
+            _leave_hung_up_terminals(terminals)
+        stop(signum, frame)
+
+    stopping = [signal.SIGINT, signal.SIGTERM]
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+        stopping.append(signal.SIGHUP)
+    old = {s: signal.signal(s, handler) for s in stopping}
     try:
         yield
     finally:
@@ -296,45 +349,144 @@ def _signals_stop(scheduler: Scheduler, reporter: Reporter) -> Iterator[None]:
             signal.signal(s, h)
 
 
+def _run_header(spec: JobSpec, store: Store) -> dict[str, Any]:
+    """The run's record as stored (read once, while the store works), for the header of its rows
+    file; built from the job when the store cannot be read."""
+    from operatorx.store.unstored import run_record
+
+    try:
+        record = run_record(store._read, spec.run_id)
+    except Exception:  # noqa: BLE001 - the header then comes from the job itself
+        record = None
+    return record if record is not None else _header_from_job(spec)
+
+
+def _header_from_job(spec: JobSpec) -> dict[str, Any]:
+    """The run's record as far as the job knows it (the start time is now)."""
+    config = spec.config
+    return {"id": spec.run_id, "started_at": now_utc(), "testlist": spec.testlist, "backend": spec.backend_label,
+            "device_kind": config.device, "run_group": config.run_group,
+            "shard": None if config.shard is None else str(config.shard)}
+
+
 def _execute(spec: JobSpec, store: Store, tasks: list[Task], reporter: Reporter,
              slots: Optional[list[SlotLike]] = None) -> RunOutcome:
+    from operatorx.store.unstored import UnstoredRows
+
     config = spec.config
+    kept = UnstoredRows(spec.run_id, config.results_dir, _run_header(spec, store))
     if not tasks:                                  # a resumed run that is complete: no worker to start
-        store.finish_run(spec.run_id, now_utc(), "finished")
-        return _close(spec, store, "finished", {})
+        finished_at = now_utc()
+        stored = _store_state(store, spec.run_id, "finished", finished_at, reporter)
+        return _close(spec, store, "finished", {}, kept, finished_at=finished_at, state_stored=stored)
     slots = slots if slots is not None else _slots(spec)
     if len(slots) > 1:
         from operatorx.run.plan import longest_first
 
         tasks = longest_first(tasks, lambda t: t.case)
-    sink = _Sink(spec, store, reporter)
+    sink = _Sink(spec, store, reporter, kept)
     scheduler = Scheduler(slots, tasks, config.case_deadline_s(), config.grace_s, sink)
     reporter.start(spec.run_id, len(tasks), [s.name for s in slots])
+    completed = False
     try:
         with _signals_stop(scheduler, reporter):
             scheduler.run()
+        completed = True
     finally:
-        state = "interrupted" if scheduler.interrupted else ("failed" if scheduler.unrun else "finished")
-        store.finish_run(spec.run_id, now_utc(), state)
-        outcome = _close(spec, store, state, sink.unstored)
+        state = ("interrupted" if scheduler.interrupted
+                 else "failed" if scheduler.unrun or not completed else "finished")
+        finished_at = now_utc()
+        stored = _store_state(store, spec.run_id, state, finished_at, reporter)
+        outcome = _close(spec, store, state, sink.unstored, kept, finished_at=finished_at, state_stored=stored)
         reporter.finish()
     return outcome
 
 
-def _close(spec: JobSpec, store: Store, state: str, unstored: dict[tuple[str, str, str], Row]) -> RunOutcome:
-    """Write the run's document (the stored rows, with any the store refused) and read the rows back."""
-    from operatorx.result import Row
+def _store_state(store: Store, run_id: str, state: str, finished_at: str, reporter: Reporter) -> bool:
+    """Store the state the run ended in; False, said in one line, when the store cannot (a full
+    disk, a lost server): the document or the rows file then carries it, and the run's rows must
+    still reach a file, which a raise here prevented."""
+    try:
+        store.finish_run(run_id, finished_at, state)
+    except Exception as err:  # noqa: BLE001 - whatever the store's failure, the document comes next
+        reporter.note(f"the run's end ({state}) could not be stored ({_one_line(err)}); the database says "
+                      "`running` until the document is ingested or the run resumed")
+        return False
+    return True
+
+
+def _write_document(doc: dict[str, Any], path: Path, run_id: str) -> tuple[Optional[Path], str]:
+    """Write `doc` to `path`, or, when that directory cannot take it (full, a file size limit), to
+    a new file in the system's temporary directory. (Where it went or None, why `path` did not.)"""
+    import tempfile
+
     from operatorx.store import write_json_atomic
 
-    doc = store.document(spec.run_id)
-    if unstored:
-        rows = [Row.from_json(r) for r in doc["rows"]]
-        doc["rows"] = [unstored.get(r.key(), r).to_json() for r in rows]
-        doc["run"]["unstored_rows"] = len(unstored)
-    path = spec.config.results_dir / f"{spec.run_id}.json"
-    write_json_atomic(doc, path)
-    return RunOutcome(run_id=spec.run_id, document_path=path, state=state, row_docs=doc["rows"],
-                      unstored=len(unstored))
+    try:
+        write_json_atomic(doc, path)
+        return path, ""
+    except OSError as err:
+        why = f"{path.parent}: {err.strerror or err}"
+    fallback: Optional[Path] = None
+    try:
+        fd, name = tempfile.mkstemp(prefix=f"operatorx-{run_id}-", suffix=".json")
+        os.close(fd)
+        fallback = Path(name)
+        write_json_atomic(doc, fallback)
+        return fallback, why
+    except OSError as err:
+        if fallback is not None:
+            fallback.unlink(missing_ok=True)
+        return None, f"{why}; {tempfile.gettempdir()}: {err.strerror or err}"
+
+
+def _close(spec: JobSpec, store: Store, state: str, unstored: dict[tuple[str, str, str], Row],
+           kept: Optional[UnstoredRows] = None, *, finished_at: Optional[str] = None,
+           state_stored: bool = True) -> RunOutcome:
+    """Write the run's document (the stored rows, with any the store refused, and the state it ended
+    in) and read the rows back. A full disk or a failing store raises nothing here: the document
+    goes to the results directory, else to the temporary directory, else the rows the store refused
+    stay in their rows file (written as each was refused), and `saved` says which in one line."""
+    from operatorx.result import Row
+    from operatorx.store.unstored import UnstoredRows
+
+    if kept is None:
+        kept = UnstoredRows(spec.run_id, spec.config.results_dir, _header_from_job(spec))
+    path = document_path(spec.config.results_dir, spec.run_id)
+    try:
+        doc: Optional[dict[str, Any]] = store.document(spec.run_id)
+    except Exception as err:  # noqa: BLE001 - the rows file then holds what the store refused
+        doc, why = None, f"the database could not be read back ({_one_line(err)})"
+    if doc is not None:
+        if unstored:
+            rows = [Row.from_json(r) for r in doc["rows"]]
+            doc["rows"] = [unstored.get(r.key(), r).to_json() for r in rows]
+            doc["run"]["unstored_rows"] = len(unstored)
+        if not state_stored:
+            doc["run"].update(state=state, finished_at=finished_at)
+        written, why = _write_document(doc, path, spec.run_id)
+        if written is not None:
+            kept.discard()                         # the document holds every row
+            said = [f"{path.parent} could not take the document ({why}); it is in {written}"] if why else []
+            if unstored:
+                said.append(f"the {len(unstored)} row(s) the database could not store are in {written}: "
+                            f"`operatorx db ingest {written}` stores them")
+            return RunOutcome(run_id=spec.run_id, document_path=written, state=state, row_docs=doc["rows"],
+                              unstored=len(unstored), saved="; ".join(said) or None)
+    kept.close(state, finished_at)
+    n = len(kept.rows)
+    if kept.path is not None:
+        saved = (f"no document was written ({why}); the {n} row(s) the database could not store are in "
+                 f"{kept.path}: `operatorx db ingest {kept.path}` stores them")
+    elif n:
+        saved = (f"no document was written ({why}), and no file could take the {n} row(s) the database could "
+                 f"not store ({kept.error}): they are lost")
+    else:
+        saved = (f"no document was written ({why}); every row of the run is in the database "
+                 f"(`operatorx results export {spec.run_id}`)")
+    row_docs = sorted(kept.rows.values(), key=lambda d: int(d.get("case_index") or 0))
+    return RunOutcome(run_id=spec.run_id, document_path=path, state=state, row_docs=row_docs, unstored=n,
+                      document_written=False, saved=saved)
 
 
 def _decided(config: RunConfig) -> RunConfig:
@@ -346,17 +498,20 @@ def _decided(config: RunConfig) -> RunConfig:
 def _chosen(config: RunConfig) -> tuple[dict[str, Any], list[tuple[int, Case]]]:
     """What the run records of its testlist, and the chosen cases."""
     from operatorx.run.plan import select_cases
-    from operatorx.spec import load_testlist, resolve_testlist
+    from operatorx.spec import resolve_testlist
+    from operatorx.spec.testlist import read_testlist
 
     path = resolve_testlist(config.testlist)
-    cases = load_testlist(path)                       # raises TestlistError: nothing stored
-    chosen = select_cases(cases, config.filter, config.limit, config.shard)
+    testlist = read_testlist(path)                    # raises TestlistError: nothing stored; duplicates merged
+    cases = testlist.cases
+    chosen = select_cases(cases, config.filter, config.limit, config.shard, indexes=testlist.indexes)
     if not chosen:
         what = [f"--filter {config.filter!r}" if config.filter else "",
                 f"--shard {config.shard}" if config.shard else ""]
         why = " and ".join(w for w in what if w) or "the testlist is empty"
         raise EmptySelection(f"{path}: no case to run ({why} selects none of its {len(cases)} cases)")
-    return {"testlist_path": str(path), "cases_in_testlist": len(cases)}, chosen
+    return {"testlist_path": str(path), "cases_in_testlist": len(cases),
+            "duplicates_merged": testlist.duplicates}, chosen
 
 
 def _spawned_ahead(spec: JobSpec) -> list[SlotLike]:
@@ -382,16 +537,33 @@ def _new_run(config: RunConfig, reporter: Reporter, ab: Optional[ABJob] = None,
         _check_backend(config)
     slots = _spawned_ahead(spec) if config.executor == "local" else []    # (a Ray cluster is joined after)
     try:
+        from operatorx.bulk import gc_paused
         from operatorx.store import Store
 
-        source, chosen = _chosen(config)
-        store = Store(config.db)
-        tasks = _begin(spec, store, chosen, {**source, **(info or {})})
+        with gc_paused():                  # load, plan and store as one bulk step (operatorx/bulk.py)
+            source, chosen = _chosen(config)
+            if source.get("duplicates_merged"):
+                reporter.note(f"{source['duplicates_merged']:,} duplicate case(s) in the testlist merged into their "
+                              "first copies: each case is measured once, with every copy's sources")
+            store = Store(config.db)
+            tasks = _begin(spec, store, chosen, {**source, **(info or {})})
+        _remember(spec, reporter)
         _stop(slots[len(tasks):])          # fewer cases than GPUs: the extra workers go now
         return _execute(spec, store, tasks, reporter, slots[:len(tasks)] or None)
     except BaseException:
         _stop(slots)                       # a bad testlist or store, or Ctrl-C before the run began
         raise
+
+
+def _remember(spec: JobSpec, reporter: Reporter) -> None:
+    """This machine's ledger entry for the run: what `--resume` trusts for its backend and paths."""
+    from operatorx.run.resume import remember_started
+
+    try:
+        remember_started(spec)
+    except OSError as err:
+        reporter.note(f"this machine's record of the run was not written ({err.strerror or err}): "
+                      f"`--resume {spec.run_id}` will ask for --backend")
 
 
 def _stop(slots: list[SlotLike]) -> None:
@@ -402,10 +574,10 @@ def _stop(slots: list[SlotLike]) -> None:
 
 
 def _begin(spec: JobSpec, store: Store, chosen: list[tuple[int, Case]], info: dict[str, Any]) -> list[Task]:
-    from operatorx.result import Row
+    from operatorx.result import Plan
 
     config = spec.config
-    planned = [Row.missing(case, spec.backend_label, spec.testlist, index) for index, case in chosen]
+    planned = Plan(chosen, spec.backend_label, spec.testlist)     # each case `missing`, stored in chunks
     store.begin_run(spec.run_id, now_utc(), spec.testlist, spec.backend_label, config.device or "cpu",
                     {**info, "job": spec.to_json(), "cases_selected": len(chosen),
                      "filter": config.filter, "limit": config.limit, "timing": config.timing_used(config.device),
@@ -428,22 +600,28 @@ def run_ab_pairs(config: RunConfig, a: str, b: str, settings: dict[str, Any],
 
 
 def resume_run(run: str, db: str, reporter: Optional[Reporter] = None,
-               results_dir: Optional[Path] = None) -> RunOutcome:
-    """Run exactly the cases of `run` that have no final row, with the run's own settings."""
+               results_dir: Optional[Path] = None, backend: Optional[str] = None) -> RunOutcome:
+    """Run exactly the cases of `run` that have no final row, with the run's own settings.
+
+    The stored run is data: its backend (code) and paths come from this machine's record of the runs
+    it started, or from `backend` (the command line's `--backend`), never from the database
+    (run/resume.py). `results_dir` is this command's (default operatorx-results, or the directory
+    this machine's run used)."""
+    from operatorx.result import Row
+    from operatorx.run.resume import resume_spec
     from operatorx.store import Store
 
     reporter = reporter or _Silent()
     store = Store(db, create=False)
     run_id = store.resolve_run(run)
-    info = store.run_info(run_id)
-    if "job" not in info:
-        raise ValueError(f"run {run_id} was stored by an older OperatorX without its plan: it cannot be resumed")
-    spec = JobSpec.from_json(info["job"])
-    config = replace(spec.config, db=db, results_dir=results_dir or spec.config.results_dir,
-                     device=_device_kind(spec.config.device))
-    spec = replace(spec, config=config)
+    doc = store.document(run_id)
+    spec = resume_spec(run_id, str(doc["run"].get("backend")), store.run_info(run_id), db=db, backend=backend,
+                       results_dir=results_dir, note=reporter.note)
+    spec = replace(spec, config=replace(spec.config, device=_device_kind(spec.config.device)))
+    if spec.ab is None:
+        _check_backend(spec.config)
     unfinished = set(store.unfinished(run_id))
-    tasks = [Task(r.case_index, r.case) for r in store.rows(run_id) if r.case_index in unfinished]
+    tasks = [Task(r.case_index, r.case) for r in map(Row.from_json, doc["rows"]) if r.case_index in unfinished]
     store.reopen_run(run_id)
     if not tasks:
         reporter.note(f"run {run_id}: every case already has its row")

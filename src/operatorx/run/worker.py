@@ -23,6 +23,7 @@ from operatorx.run.faults import classify_message, poisons_worker
 from operatorx.run.job import Job, JobSpec, build_job
 from operatorx.run.memory_watch import MemoryDelta, MemoryWatch
 from operatorx.run.protocol import parse, send
+from operatorx.run.session import become_subreaper, kill_own_descendants
 from operatorx.spec import Case
 
 __all__ = ["main", "finish_row", "with_changes"]
@@ -105,6 +106,7 @@ def main() -> int:
     os.dup2(2, 1)                                         # ...and anything printed goes to the log
     sys.stdout = sys.stderr
     _die_with_parent()
+    become_subreaper()          # what a backend starts stays in this process's tree (run/session.py)
     signal.signal(signal.SIGINT, signal.SIG_IGN)          # the parent decides when a case stops
     first = parse(sys.stdin.readline())
     if first is None or first.kind != "init":
@@ -127,4 +129,5 @@ def main() -> int:
 if __name__ == "__main__":
     code = main()
     sys.stderr.flush()
+    kill_own_descendants()      # nothing a backend started outlives its worker (run/session.py)
     os._exit(code)      # no interpreter teardown: a poisoned CUDA context can hang it

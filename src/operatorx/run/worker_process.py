@@ -1,5 +1,7 @@
 """The parent's handle on one worker process: start it, hand it a case, wait for the row with a
-deadline, and kill its whole process group when the case hangs or the process dies.
+deadline, and kill its whole session (its process group and whatever it started, run/session.py)
+when the case hangs or the process dies. Its stdout and stderr come to the parent through a pipe,
+kept within a cap (run/worker_log.py).
 
 `Slot` is what the scheduler talks to: it keeps one worker alive (starting a fresh one when the
 last was killed or retired itself) and turns whatever happened to a case into a `CaseOutcome`.
@@ -12,16 +14,18 @@ import queue
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 from operatorx.run.config import WORKER_START_TIMEOUT_S
+from operatorx.run.faults import died_of_allocation
 from operatorx.run.job import JobSpec
+from operatorx.run.oom import MemoryCgroup, memory_cgroup, oom_kill_evidence, rss_bytes_of
 from operatorx.run.protocol import WorkerMessage, parse, send
+from operatorx.run.session import SESSION_ENV, kill_session, new_token
+from operatorx.run.worker_log import WorkerLog
 
 if TYPE_CHECKING:
     from operatorx.spec import Case
@@ -47,7 +51,8 @@ class CaseOutcome:
     index: int
     row: Optional[dict[str, Any]] = None
     failure: Optional[str] = None
-    """None when the worker answered; else `timeout`, `crashed` or `interrupted`."""
+    """None when the worker answered; else `timeout`, `crashed`, `oom` (killed for memory, or an
+    allocator failure it died of) or `interrupted`."""
     detail: str = ""
     """For a failure: exit code or signal, and the tail of the worker's stderr."""
     worker_replaced: bool = False
@@ -73,11 +78,16 @@ class WorkerProcess:
     env: dict[str, str]
     name: str
     cpu_share: Optional[int] = None
-    log_dir: Path = field(default_factory=lambda: Path(tempfile.gettempdir()))
     proc: Optional[subprocess.Popen[str]] = field(default=None, init=False)
     info: dict[str, Any] = field(default_factory=dict, init=False)
     _inbox: queue.Queue[Optional[WorkerMessage]] = field(default_factory=queue.Queue, init=False)
-    _log_path: Optional[Path] = field(default=None, init=False)
+    _log: Optional[WorkerLog] = field(default=None, init=False)
+    """The worker's stdout and stderr, capped (run/worker_log.py)."""
+    session_token: str = field(default_factory=new_token, init=False)
+    """In the worker's environment and everything it starts: how `kill` finds them (run/session.py)."""
+    _cgroup: MemoryCgroup = field(default_factory=MemoryCgroup, init=False)
+    peak_rss_bytes: Optional[int] = field(default=None, init=False)
+    """The largest resident set the parent sampled while the worker ran cases (OOM evidence)."""
     _t_spawn: float = field(default=0.0, init=False)
     _t_ready: Optional[float] = field(default=None, init=False)
     """When `ready` arrived (the reader's clock), not when the parent came to read it."""
@@ -86,15 +96,22 @@ class WorkerProcess:
         """Start the process and hand it the job; it gets ready (Python, torch, CUDA, CUPTI: ~6 s on
         the H200) while the caller does other work."""
         self._t_spawn = time.monotonic()
-        fd, log = tempfile.mkstemp(prefix=f"operatorx-{self.name}-", suffix=".log", dir=self.log_dir)
-        self._log_path = Path(log)
-        with os.fdopen(fd, "w") as log_file:
+        log_read, log_write = os.pipe()
+        try:
             self.proc = subprocess.Popen([sys.executable, "-m", "operatorx.run.worker"], stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, stderr=log_file, env=self.env, text=True,
+                                         stdout=subprocess.PIPE, stderr=log_write,
+                                         env={**self.env, SESSION_ENV: self.session_token}, text=True,
                                          start_new_session=True, bufsize=1)
+        except BaseException:
+            os.close(log_read)
+            raise
+        finally:
+            os.close(log_write)
+        self._log = WorkerLog(log_read, self.name)
+        self._cgroup = memory_cgroup(self.proc.pid)
         threading.Thread(target=self._read, daemon=True, name=f"read-{self.name}").start()
         assert self.proc.stdin is not None
-        send(self.proc.stdin, "init", job=self.spec.to_json(), cpu_share=self.cpu_share)
+        send(self.proc.stdin, "init", job=self.spec.worker_json(), cpu_share=self.cpu_share)   # no database URL
 
     def wait_ready(self, timeout_s: float = WORKER_START_TIMEOUT_S) -> dict[str, Any]:
         """Wait for the spawned worker's `ready`; its info. WorkerStartError (the worker killed) otherwise."""
@@ -105,6 +122,8 @@ class WorkerProcess:
             if reason is None:
                 reason = "no answer in time" if msg is None and self.alive() else _describe_exit(self.proc.poll())
             self.kill()
+            if self._log is not None:
+                self._log.drain()
             raise WorkerStartError(f"worker {self.name} did not start: {reason}\n{self.stderr_tail()}".rstrip())
         self.info = msg.body.get("info", {})
         if isinstance(self.info.get("startup_s"), dict):     # spawn to ready: Python, imports, CUDA, the job
@@ -131,6 +150,14 @@ class WorkerProcess:
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+    def _sample_rss(self) -> None:
+        """Keep the largest resident set seen (one small /proc read, while a case runs)."""
+        if self.proc is None:
+            return
+        rss = rss_bytes_of(self.proc.pid)
+        if rss is not None and (self.peak_rss_bytes is None or rss > self.peak_rss_bytes):
+            self.peak_rss_bytes = rss
 
     def run_case(self, index: int, case: Case, deadline_s: float, stop: threading.Event) -> CaseOutcome:
         """Hand one case over and wait for its row, at most `deadline_s` seconds."""
@@ -160,6 +187,7 @@ class WorkerProcess:
         deadline = t0 + deadline_s
         while True:
             msg = self._next(min(deadline, time.monotonic() + 0.25))
+            self._sample_rss()
             if msg is not None and msg.kind == "row" and msg.body.get("index") == index:
                 return CaseOutcome(index=index, row=msg.body["row"], worker_replaced=bool(msg.body.get("replace")),
                                    seconds=time.monotonic() - t0)
@@ -175,14 +203,36 @@ class WorkerProcess:
                 return self._failure(index, "timeout", t0, f"no row after {deadline_s:.0f} s (--case-timeout)")
 
     def _failure(self, index: int, failure: str, t0: float, why: str = "") -> CaseOutcome:
+        """The case's outcome when its worker gave no row. A worker that died is killed with its whole
+        session first (what it started must not outlive it), and its log read to the end. A death
+        the kernel's OOM killer or an allocator failure explains is `oom`, not `crashed`."""
         if failure == "timeout":
             self.kill()
         else:
             self.wait(5.0)
+            self.kill()
         code = self.proc.poll() if self.proc is not None else None
+        if self._log is not None:
+            self._log.drain()
+        tail = self.stderr_tail()
         what = why or _describe_exit(code)
-        return CaseOutcome(index=index, failure=failure, detail=f"{what}\n{self.stderr_tail()}".rstrip(),
+        if failure == "crashed":
+            oom = self._oom_evidence(code, tail)
+            if oom is not None:
+                failure, what = "oom", f"{what}: {oom}"
+        return CaseOutcome(index=index, failure=failure, detail=f"{what}\n{tail}".rstrip(),
                            worker_replaced=True, seconds=time.monotonic() - t0)
+
+    def _oom_evidence(self, code: Optional[int], tail: str) -> Optional[str]:
+        """Why the worker's death was for memory, or None: a SIGKILL (the parent sent none: its own
+        kills are timeouts and stops) with the OOM killer's count risen or the resident set near its
+        limit (run/oom.py); an exit whose last log lines are an allocator failure (run/faults.py)."""
+        if code == -signal.SIGKILL:
+            limit = self._cgroup.limit_bytes()
+            return oom_kill_evidence(self._cgroup, self.peak_rss_bytes, limit)
+        if code is not None and died_of_allocation(tail):
+            return "its log ends in an allocator failure"
+        return None
 
     def wait(self, timeout_s: float) -> None:
         if self.proc is None:
@@ -193,9 +243,12 @@ class WorkerProcess:
             self.kill()
 
     def kill(self) -> None:
-        """SIGKILL to the worker's whole process group (the op may have started its own children)."""
+        """SIGKILL to the worker's whole session: its process group, and every process it started
+        wherever it went (`setsid`, double forks: run/session.py), the worker itself last."""
         if self.proc is None:
             return
+        root = self.proc.pid if self.proc.returncode is None else None    # a reaped pid may be reused
+        kill_session(self.session_token, root)
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -221,19 +274,13 @@ class WorkerProcess:
         self.discard_log()
 
     def stderr_tail(self, nbytes: int = STDERR_TAIL_BYTES) -> str:
-        if self._log_path is None:
-            return ""
-        try:
-            with open(self._log_path, "rb") as f:
-                f.seek(0, os.SEEK_END)
-                f.seek(max(0, f.tell() - nbytes))
-                return f.read().decode("utf-8", "replace").strip()
-        except OSError:
-            return ""
+        """The end of what the worker wrote to its stdout and stderr (with a note when the log's cap
+        dropped older output)."""
+        return self._log.tail(nbytes) if self._log is not None else ""
 
     def discard_log(self) -> None:
-        if self._log_path is not None:
-            self._log_path.unlink(missing_ok=True)
+        """Forget the worker's log (it is kept in memory only, within its cap)."""
+        self._log = None
 
 
 @dataclass

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal, Optional, Union
 
-from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, field_validator, model_validator
+from pydantic import Field, PositiveFloat, field_validator, model_validator
 
-from operatorx.spec.base import SpecModel
+from operatorx.spec.base import Count, Int64, Size, SpecModel
 from operatorx.spec.op_type import OpArgs
 from operatorx.spec.operand import Operand
 from operatorx.spec.parallel import Parallel, check_family_axes
@@ -34,8 +34,8 @@ class CtxRange(SpecModel):
     """Context lengths drawn per request, uniformly in [min, max]."""
 
     dist: Literal["uniform"]
-    min: NonNegativeInt
-    max: NonNegativeInt
+    min: Count
+    max: Count
 
     @model_validator(mode="after")
     def _ordered(self) -> CtxRange:
@@ -45,9 +45,9 @@ class CtxRange(SpecModel):
 
 
 class BatchGroup(SpecModel):
-    count: PositiveInt
-    q: PositiveInt
-    ctx: Union[NonNegativeInt, CtxRange]
+    count: Size
+    q: Size
+    ctx: Union[Count, CtxRange]
 
     def mean_ctx(self) -> float:
         return float(self.ctx) if isinstance(self.ctx, int) else (self.ctx.min + self.ctx.max) / 2
@@ -56,7 +56,7 @@ class BatchGroup(SpecModel):
 class Batch(SpecModel):
     groups: list[BatchGroup] = Field(min_length=1)
     pages: Literal["contiguous", "shuffled"] = "contiguous"
-    seed: int = 0
+    seed: Int64 = 0
 
     def requests(self) -> int:
         return sum(g.count for g in self.groups)
@@ -76,7 +76,7 @@ class ProjOperands(SpecModel):
 class RopeScaling(SpecModel):
     type: Literal["yarn"]
     factor: PositiveFloat
-    original_max: PositiveInt
+    original_max: Size
     beta_fast: Optional[PositiveFloat] = None
     beta_slow: Optional[PositiveFloat] = None
     mscale: Optional[PositiveFloat] = None
@@ -92,7 +92,7 @@ class AttentionArgs(OpArgs):
     TYPE: ClassVar[str] = ""
     PROJECTIONS: ClassVar[tuple[str, ...]] = ()
 
-    hidden: PositiveInt
+    hidden: Size
     batch: Batch
     proj: Optional[dict[str, ProjOperands]] = None
     parallel: Optional[Parallel] = None
@@ -151,12 +151,12 @@ def _positive_theta(rope: bool, theta: Optional[float], scaling: Optional[RopeSc
 class _GroupedHeads(AttentionArgs):
     """Query heads sharing KV heads, with RoPE on the first rope_dim dims (M-RoPE with mrope_section)."""
 
-    q_heads: PositiveInt
-    kv_heads: PositiveInt
-    head_dim: PositiveInt
-    rope_dim: PositiveInt
+    q_heads: Size
+    kv_heads: Size
+    head_dim: Size
+    rope_dim: Size
     rope_theta: PositiveFloat
-    mrope_section: Optional[list[NonNegativeInt]] = None
+    mrope_section: Optional[list[Count]] = None
 
     @model_validator(mode="after")
     def _heads(self) -> _GroupedHeads:
@@ -178,7 +178,7 @@ class GqaArgs(_GroupedHeads):
     PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")
     qk_norm: bool = False
     gate: bool = False
-    window: Optional[PositiveInt] = None
+    window: Optional[Size] = None
     kv_cache_dtype: Literal["auto", "bf16", "fp8"] = "auto"
 
 
@@ -187,10 +187,10 @@ class QsaArgs(_GroupedHeads):
 
     TYPE = "qsa"
     PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "indexer.index_qk_proj")
-    index_heads: PositiveInt
-    index_dim: PositiveInt
-    compress: PositiveInt
-    budget: PositiveInt
+    index_heads: Size
+    index_dim: Size
+    compress: Size
+    budget: Size
     selection: Selection = "natural"
 
     @model_validator(mode="after")
@@ -203,12 +203,12 @@ class QsaArgs(_GroupedHeads):
 class _LatentHeads(AttentionArgs):
     """MLA's sizes: heads over a low-rank q and a kv latent, nope + rope query/key dims, v dims."""
 
-    heads: PositiveInt
-    q_lora_rank: PositiveInt
-    kv_lora_rank: PositiveInt
-    nope: PositiveInt
-    rope_dim: PositiveInt
-    v: PositiveInt
+    heads: Size
+    q_lora_rank: Size
+    kv_lora_rank: Size
+    nope: Size
+    rope_dim: Size
+    v: Size
 
 
 class MlaArgs(_LatentHeads):
@@ -237,9 +237,9 @@ class MlaDsaArgs(_LatentHeads):
     PROJECTIONS = ("q_a_proj", "kv_a_proj_with_mqa", "q_b_proj", "kv_b_proj", "o_proj",
                    "indexer.wq_b", "indexer.wk", "indexer.weights_proj")
     rope_theta: PositiveFloat
-    topk: PositiveInt
-    index_heads: PositiveInt
-    index_dim: PositiveInt
+    topk: Size
+    index_heads: Size
+    index_dim: Size
     indexer: Literal["own", "reuse"] = "own"
     rope_scaling: Optional[RopeScaling] = None
     kv_cache_dtype: Literal["auto", "bf16", "fp8", "fp8_ds_mla"] = "auto"
@@ -254,19 +254,19 @@ class Dsv4AttnArgs(AttentionArgs):
     PROJECTIONS = ("wq_a", "wkv", "wq_b", "wo_a", "wo_b", "compressor.wkv", "compressor.wgate",
                    "indexer.wq_b", "indexer.wk", "indexer.weights_proj",
                    "indexer.compressor.wkv", "indexer.compressor.wgate")
-    heads: PositiveInt
-    head_dim: PositiveInt
-    rope_dim: PositiveInt
-    q_lora_rank: PositiveInt
-    window: PositiveInt
-    o_groups: PositiveInt
-    o_lora_rank: PositiveInt
+    heads: Size
+    head_dim: Size
+    rope_dim: Size
+    q_lora_rank: Size
+    window: Size
+    o_groups: Size
+    o_lora_rank: Size
     compress_ratio: Literal[0, 1, 2, 4, 128]
     source: bool = True
     indexer: Optional[Literal["own", "shared", "reuse"]] = None
-    topk: Optional[PositiveInt] = None
-    index_heads: Optional[PositiveInt] = None
-    index_dim: Optional[PositiveInt] = None
+    topk: Optional[Size] = None
+    index_heads: Optional[Size] = None
+    index_dim: Optional[Size] = None
     rope_theta: PositiveFloat = 10000.0
     compress_rope_theta: Optional[PositiveFloat] = None
     rope_scaling: Optional[RopeScaling] = None
@@ -301,10 +301,10 @@ class GdnArgs(AttentionArgs):
 
     TYPE = "gdn"
     PROJECTIONS = ("in_proj_qkv", "in_proj_z", "in_proj_a", "in_proj_b", "out_proj")
-    qk_heads: PositiveInt
-    v_heads: PositiveInt
-    head_dim: PositiveInt
-    conv_kernel: PositiveInt
+    qk_heads: Size
+    v_heads: Size
+    head_dim: Size
+    conv_kernel: Size
     norm_act: Literal["silu", "sigmoid"] = "silu"
     state_dtype: StateDType = "fp32"
 
@@ -320,10 +320,10 @@ class KdaArgs(AttentionArgs):
 
     TYPE = "kda"
     PROJECTIONS = ("q_proj", "k_proj", "v_proj", "g_proj", "f_a_proj", "f_b_proj", "b_proj", "o_proj")
-    heads: PositiveInt
-    head_dim: PositiveInt
-    conv_kernel: PositiveInt
-    gate_rank: Optional[PositiveInt] = None
+    heads: Size
+    head_dim: Size
+    conv_kernel: Size
+    gate_rank: Optional[Size] = None
     state_dtype: StateDType = "fp32"
 
 

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+import unicodedata
+from collections.abc import Mapping
 from typing import Any, Optional
 
-from pydantic import SerializeAsAny, ValidationInfo, field_validator, model_validator
+from pydantic import Field, PrivateAttr, SerializeAsAny, ValidationInfo, field_validator, model_validator
 
 from operatorx.spec.base import SpecModel
 from operatorx.spec.op_type import OpArgs
@@ -14,7 +17,32 @@ from operatorx.spec.op_types import OP_TYPES, known_types
 from operatorx.spec.parallel import Parallel
 from operatorx.spec.spelling import todays_spelling
 
-__all__ = ["Case"]
+__all__ = ["Case", "name_problem"]
+
+_KEY_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
+"""`json.dumps(..., sort_keys=True, separators=(",", ":"))` with its encoder made once: a case's key."""
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+_VISIBLE_ASCII = re.compile(r"[!-~]")
+
+
+def name_problem(text: str) -> Optional[str]:
+    """Why `text` cannot name a checkpoint layer or a recipe (None when it can): it is empty, or made
+    only of invisible characters (spaces, zero-width and other format characters such as U+200B,
+    U+2060, U+FEFF), or it holds a control character or a lone surrogate. Such a name shows as
+    nothing (or moves the cursor) where it is printed, matches no checkpoint, and NUL or a
+    surrogate cannot be stored (PostgreSQL's jsonb refuses both)."""
+    bad = _CONTROL.search(text)
+    if bad is not None:
+        return f"holds the control character U+{ord(bad.group()):04X}; a name has none"
+    bad = _SURROGATE.search(text)
+    if bad is not None:
+        return f"holds a lone surrogate (U+{ord(bad.group()):04X}, half a character): not text"
+    if _VISIBLE_ASCII.search(text) is None and all(c.isspace() or unicodedata.category(c) == "Cf" for c in text):
+        return "is empty" if not text.strip() else \
+            "holds only invisible characters (zero-width or format characters such as U+200B)"
+    return None
 
 
 class Case(SpecModel):
@@ -30,9 +58,12 @@ class Case(SpecModel):
 
     type: str
     args: SerializeAsAny[OpArgs]
-    sources: list[str] = []
-    recipes: list[str] = []
-    metadata: dict[str, Any] = {}
+    sources: list[str] = Field(default_factory=list)
+    recipes: list[str] = Field(default_factory=list)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    _key: Optional[str] = PrivateAttr(default=None)
+    """`key()`, computed once: a run asks for it several times per case (merging, shards, rows, the
+    store), and it costs a serialization of the args each time."""
 
     @model_validator(mode="before")
     @classmethod
@@ -76,10 +107,11 @@ class Case(SpecModel):
 
     @field_validator("sources", "recipes")
     @classmethod
-    def _non_empty(cls, items: list[str], info: ValidationInfo) -> list[str]:
+    def _named(cls, items: list[str], info: ValidationInfo) -> list[str]:
         for i, s in enumerate(items):
-            if not s.strip():
-                raise ValueError(f"{info.field_name}[{i}] is empty")
+            why = name_problem(s)
+            if why is not None:
+                raise ValueError(f"{info.field_name}[{i}] {why}")
         return items
 
     # --- identity -------------------------------------------------------------------------
@@ -93,7 +125,20 @@ class Case(SpecModel):
 
     def key(self) -> str:
         """Canonical identity: type and args as sorted JSON."""
-        return json.dumps({"type": self.type, "args": self.args_dict()}, sort_keys=True, separators=(",", ":"))
+        private = self.__pydantic_private__         # read directly: `self._key` costs ~3 µs (pydantic's __getattr__)
+        assert private is not None
+        key: Optional[str] = private["_key"]
+        if key is None:
+            key = _KEY_JSON({"type": self.type, "args": self.args_dict()})
+            private["_key"] = key
+        return key
+
+    def model_copy(self, *, update: Optional[Mapping[str, Any]] = None, deep: bool = False) -> Case:
+        """A copy; the cached key goes with it only when the update leaves type and args alone."""
+        copy = super().model_copy(update=update, deep=deep)
+        if update and ("type" in update or "args" in update) and copy.__pydantic_private__ is not None:
+            copy.__pydantic_private__["_key"] = None
+        return copy
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Case) and self.key() == other.key()

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal, Optional, Union
 
-from pydantic import PositiveInt, field_validator, model_validator
+from pydantic import field_validator, model_validator
 
+from operatorx.spec.base import Size
 from operatorx.spec.dtypes import ELEMENT_BITS, OutDType
 from operatorx.spec.op_type import OpArgs
 from operatorx.spec.operand import Operand, check_group
@@ -32,9 +33,9 @@ class GemmArgs(OpArgs):
     FAMILY = "gemm"
     SIZE_AXIS = "m"
 
-    m: PositiveInt
-    n: PositiveInt
-    k: PositiveInt
+    m: Size
+    n: Size
+    k: Size
     a: Operand
     b: Operand
     out: OutDType = "bf16"

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Annotated, Literal, Optional, Union
 
-from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, field_validator, model_validator
+from pydantic import Field, PositiveFloat, field_validator, model_validator
 
-from operatorx.spec.base import SpecModel
+from operatorx.spec.base import Count, Size, SpecModel
 from operatorx.spec.dtypes import ELEMENT_BITS, OutDType
 from operatorx.spec.op_type import OpArgs
 from operatorx.spec.operand import Operand, check_group
@@ -23,18 +23,18 @@ _BF16 = Operand(dtype="bf16")
 
 
 class Experts(SpecModel):
-    num: PositiveInt
-    top_k: PositiveInt
-    inter: PositiveInt
+    num: Size
+    top_k: Size
+    inter: Size
     a1: Operand = _BF16
     w1: Operand
     w2: Operand
     a2: Operand = _BF16
     bias: Optional[bool] = None
-    latent: Optional[PositiveInt] = None
+    latent: Optional[Size] = None
     latent_norm: Optional[bool] = None
-    zero: Optional[NonNegativeInt] = None
-    local: Optional[PositiveInt] = None
+    zero: Optional[Count] = None
+    local: Optional[Size] = None
     """The experts this device holds: the first `local` of `num` (one expert-parallel rank's share, as
     `--rank-local` writes it). The router still picks among all `num`; pairs routed to the others are
     other ranks' work. Absent: all `num`."""
@@ -56,13 +56,13 @@ class TopK(SpecModel):
 
 class GroupedTopK(SpecModel):
     kind: Literal["grouped_topk"]
-    groups: PositiveInt
-    topk_groups: PositiveInt
+    groups: Size
+    topk_groups: Size
 
 
 class HashSelect(SpecModel):
     kind: Literal["hash"]
-    vocab: PositiveInt
+    vocab: Size
 
 
 class Router(SpecModel):
@@ -71,7 +71,9 @@ class Router(SpecModel):
     select: Annotated[Union[TopK, GroupedTopK, HashSelect], Field(discriminator="kind")]
     bias: Optional[bool] = None
     renormalize: Optional[bool] = None
-    scale: Optional[float] = None
+    scale: Optional[PositiveFloat] = None
+    """The routed output's scale (a checkpoint's `routed_scaling_factor`): above 0, since 0 would
+    zero the layer's routed output and a negative one flip it, which no checkpoint does."""
     weight_on_input: Optional[bool] = None
 
 
@@ -79,8 +81,12 @@ class Activation(SpecModel):
     kind: Literal["silu", "gelu", "gelu_tanh", "swigluoai", "situ", "swiglustep"]
     gated: Optional[bool] = None
     interleaved: Optional[bool] = None
-    limit: Optional[float] = None
-    alpha: Optional[float] = None
+    limit: Optional[PositiveFloat] = None
+    """The clamp of a clamped activation (gpt-oss's `swiglu_limit`): above 0, since the gate is
+    clamped to at most `limit` and the up projection to [-limit, limit], empty for 0 or less."""
+    alpha: Optional[PositiveFloat] = None
+    """The sigmoid's slope of `swigluoai` (gpt-oss's 1.702): above 0, since 0 makes the gate a
+    constant 1/2 and a negative one inverts it."""
     beta: Optional[float] = None
 
     @property
@@ -90,8 +96,8 @@ class Activation(SpecModel):
 
 
 class Shared(SpecModel):
-    count: PositiveInt
-    inter: PositiveInt
+    count: Size
+    inter: Size
     a1: Operand = _BF16
     w1: Operand
     w2: Operand
@@ -105,7 +111,7 @@ class Zipf(SpecModel):
 
 class Routing(SpecModel):
     distribution: Union[Literal["natural", "balanced", "single_hot"], Zipf] = "natural"
-    seed: NonNegativeInt = 0
+    seed: Count = 0
 
     @property
     def name(self) -> str:
@@ -120,8 +126,8 @@ class MoeArgs(OpArgs):
     FAMILY = "moe"
     SIZE_AXIS = "tokens"
 
-    tokens: PositiveInt
-    hidden: PositiveInt
+    tokens: Size
+    hidden: Size
     out: OutDType = "bf16"
     experts: Experts
     router: Router

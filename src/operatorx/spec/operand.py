@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
-from pydantic import Field, model_validator
+from pydantic import Field, ModelWrapValidatorHandler, model_validator
 
-from operatorx.spec.base import SpecModel
+from operatorx.spec.base import MAX_INT64, SpecModel
 from operatorx.spec.dtypes import ELEMENT_BITS, FLOAT_DTYPES, SCALE_BITS, ElementDType, ScaleDType
 
 __all__ = ["Scale", "Operand", "GroupSize", "check_group"]
 
 #: One side of a scale group: -1 spans the whole dimension, else a positive size.
-GroupSize = Annotated[int, Field(ge=-1)]
+GroupSize = Annotated[int, Field(ge=-1, le=MAX_INT64)]
 
 
 class Scale(SpecModel):
@@ -63,6 +63,14 @@ class Scale(SpecModel):
         return f"{r}x{c}" if c != -1 else f"{r}x-1"
 
 
+#: Operands already validated, by the text of the JSON they were read from (see Operand._interned).
+_INTERNED: dict[str, Operand] = {}
+#: The most distinct operands kept: real testlists use a few dozen; past this, new ones are not kept.
+_INTERNED_MAX = 4096
+#: Longer descriptions are validated every time (no real operand is this long).
+_INTERN_KEY_MAX_CHARS = 400
+
+
 class Operand(SpecModel):
     """One matrix operand of an op (see the format page, "Operand descriptor")."""
 
@@ -72,8 +80,27 @@ class Operand(SpecModel):
     symmetric: Optional[bool] = None
     input: Optional[ElementDType] = None
 
-    @model_validator(mode="after")
+    @model_validator(mode="wrap")
+    @classmethod
+    def _interned(cls, data: Any, handler: ModelWrapValidatorHandler[Operand]) -> Operand:
+        """One frozen instance per distinct description: a testlist repeats a handful of operands over
+        every case, and sharing them halved the memory of 10^5 loaded cases (docs/benchmarks.md, "Scale
+        of a testlist"). The description's `repr` is the key: it tells `1` from `1.0` and `true`, as
+        strict validation does."""
+        if type(data) is not dict:
+            return handler(data)._consistent()
+        key = repr(data)
+        hit = _INTERNED.get(key)
+        if hit is not None:
+            return hit
+        out = handler(data)._consistent()
+        if len(_INTERNED) < _INTERNED_MAX and len(key) <= _INTERN_KEY_MAX_CHARS:
+            _INTERNED[key] = out
+        return out
+
     def _consistent(self) -> Operand:
+        """The fields agree (a scale where the dtype needs one, none where it does not); checked once
+        per distinct operand, inside `_interned`."""
         if self.dtype in FLOAT_DTYPES and (self.scale or self.scale2):
             raise ValueError(f"a {self.dtype} operand carries its values directly and takes no scale")
         if self.dtype not in FLOAT_DTYPES and self.scale is None:

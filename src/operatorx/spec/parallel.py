@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from pydantic import PositiveInt, model_serializer, model_validator
+from pydantic import model_serializer, model_validator
 
-from operatorx.spec.base import SpecModel
+from operatorx.spec.base import Size, SpecModel
 
 __all__ = ["Parallel", "AXES", "FAMILY_AXES", "check_family_axes", "world_size", "normalized"]
 
@@ -31,10 +31,10 @@ FAMILY_AXES: dict[str, tuple[str, ...]] = {"gemm": ("tp",), "moe": ("tp", "dp", 
 class Parallel(SpecModel):
     """A split over tp·dp ranks; validated as upstream validates it, written with axes > 1 only."""
 
-    tp: PositiveInt = 1
-    dp: PositiveInt = 1
-    ep: PositiveInt = 1
-    dcp: PositiveInt = 1
+    tp: Size = 1
+    dp: Size = 1
+    ep: Size = 1
+    dcp: Size = 1
 
     @model_validator(mode="after")
     def _consistent(self) -> Parallel:

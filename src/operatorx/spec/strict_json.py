@@ -6,9 +6,11 @@ digits raise ValueError) and decodes `\\ud800` to a lone surrogate that no outpu
 Here each of those is one problem line naming the file, the case index and the field, like
 every other testlist error.
 
-How: a cheap scan bounds the nesting depth before decoding; the decoder's hooks mark bad values
-(NaN, too-long numbers) and duplicate keys instead of raising; a walk over the result then turns
-each mark into a problem with its JSON path.
+How: the decoder's hooks mark bad values (NaN, too-long numbers) and duplicate keys instead of
+raising; the nesting depth is read from the brackets outside strings; a walk over the result then
+turns each mark into a problem with its JSON path. The walk, and the exact scan that names where a
+file nests too deeply, run only when something is wrong: on a good file every check is a regular
+expression or a C loop, so 10^5 cases load in about a second (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -59,14 +61,18 @@ class _Object(dict[str, Any]):
     duplicates: list[str]
 
 
-def _pairs(pairs: list[tuple[str, Any]]) -> _Object:
-    obj = _Object()
-    obj.duplicates = []
-    for key, value in pairs:
-        if key in obj and key not in obj.duplicates:
-            obj.duplicates.append(key)
-        obj[key] = value
-    return obj
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) == len(pairs):
+        return obj
+    marked = _Object(obj)          # a key given twice: remember which (the last value is kept, as before)
+    marked.duplicates = []
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen and key not in marked.duplicates:
+            marked.duplicates.append(key)
+        seen.add(key)
+    return marked
 
 
 def _constant(name: str) -> _Bad:
@@ -112,6 +118,25 @@ def _check_depth(text: str) -> str | None:
     return None
 
 
+_STRING = re.compile(r'"[^"\\]*+(?:\\.[^"\\]*+)*+"', re.DOTALL)   # possessive: no backtracking state
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_LEAF_PAIR = re.compile(r"\[\]|\{\}")
+
+
+def _deeper_than(text: str, limit: int) -> bool:
+    """Whether valid JSON `text` nests deeper than `limit`, from its brackets outside strings: each
+    pass removes every innermost `[]` / `{}` pair, so a text that is not empty after `limit` passes
+    nests deeper. All in C (regular expressions), where the exact scan is a Python loop per token."""
+    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
+    for _ in range(limit):
+        if not brackets:
+            return False
+        brackets, removed = _LEAF_PAIR.subn("", brackets)
+        if not removed:
+            return True                 # not balanced: the exact scan says where
+    return bool(brackets)
+
+
 def _path(parts: list[Any]) -> str:
     out = ""
     for part in parts:
@@ -120,7 +145,17 @@ def _path(parts: list[Any]) -> str:
 
 
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
+#: A surrogate in the text, or an escape that may decode to one: only then are strings searched.
+_MAYBE_SURROGATE = re.compile(r"[\ud800-\udfff]|\\u[dD][89a-fA-F]")
 _NOT_TEXT = "holds a lone UTF-16 surrogate (an escape such as \\ud800 that is half a character): not text"
+
+
+def _may_hold_surrogates(text: str) -> bool:
+    """Whether a string decoded from `text` may hold a lone surrogate: only from a `\\u` escape or a
+    surrogate already in the text (both checks in C; most testlists have neither)."""
+    if text.isascii() and "\\u" not in text:
+        return False
+    return _MAYBE_SURROGATE.search(text) is not None
 
 
 def _walk(value: Any, parts: list[Any], found: list[tuple[list[Any], str]]) -> None:
@@ -150,22 +185,131 @@ def _strip(value: Any) -> Any:
     return value
 
 
+def _depth_problem(text: str, origin: str) -> StrictJSONError | None:
+    deep = _check_depth(text)
+    return None if deep is None else StrictJSONError([f"{origin}: {deep}"])
+
+
+_CONTAINERS = (dict, list)
+#: The smallest integers whose literal is longer than MAX_NUMBER_CHARS (41 digits; "-" and 40 digits).
+_LONG_INT = (10**MAX_NUMBER_CHARS, -(10 ** (MAX_NUMBER_CHARS - 1)))
+
+
+def _shape(data: Any, limit: int) -> tuple[int, int, int, bool]:
+    """(keys in every object, colons inside its keys and strings, nesting depth, whether an integer's
+    literal is longer than MAX_NUMBER_CHARS) of decoded JSON, level by level; the depth stops
+    counting past `limit`."""
+    keys = colons = depth = 0
+    long_int = False
+    top, bottom = _LONG_INT
+    level = [data] if type(data) in _CONTAINERS else []
+    while level and depth <= limit:
+        depth += 1
+        below: list[Any] = []
+        for container in level:
+            if type(container) is dict:
+                keys += len(container)
+                for key in container:
+                    if ":" in key:
+                        colons += key.count(":")
+                values = container.values()
+            else:
+                values = container
+            for value in values:
+                kind = type(value)
+                if kind is str:
+                    if ":" in value:
+                        colons += value.count(":")
+                elif kind is int:
+                    if value >= top or value <= bottom:
+                        long_int = True
+                elif kind is dict or kind is list:
+                    below.append(value)
+        level = below
+    return keys, colons, depth, long_int
+
+
 def loads_strict(text: str, origin: str) -> Any:
     """Decode `text` as strict JSON; StrictJSONError lists every place it is not, one line each.
 
     Lines read `ORIGIN: case I: FIELD: why` when the document is an array (a testlist), else
-    `ORIGIN: FIELD: why`.
+    `ORIGIN: FIELD: why`. Nesting deeper than MAX_DEPTH is reported before anything else.
+
+    A good file is read with the plain decoder and checked whole: it has no `\\u` escape (so no
+    surrogate, and every colon of a decoded string is one of the text's), no number too long (a
+    float's literal is checked as it is read, an integer's by its value), no key given twice (the
+    text's colons are as many as the decoded objects' keys plus the colons inside their strings),
+    and it nests no deeper than MAX_DEPTH. Only a file that fails one of these is decoded again with
+    the marking hooks, to say what and where (`_loads_marked`): the hooks are a Python call per
+    object and number, most of the time of reading 10^5 cases, and a regular expression that blanked
+    every string took 8 s of 10^6.
     """
-    deep = _check_depth(text)
-    if deep is not None:
-        raise StrictJSONError([f"{origin}: {deep}"])
+    if "\\u" in text or (not text.isascii() and _SURROGATE.search(text)):
+        return _loads_marked(text, origin)
+    marked: list[bool] = []
+
+    def constant(name: str) -> _Bad:
+        marked.append(True)
+        return _constant(name)
+
+    def number(digits: str) -> Any:
+        value = _float(digits)
+        if isinstance(value, _Bad):
+            marked.append(True)
+        return value
+
     try:
-        data = json.loads(text, object_pairs_hook=_pairs, parse_constant=_constant, parse_int=_int,
-                          parse_float=_float)
+        data = json.loads(text, parse_constant=constant, parse_float=number)
+    except (ValueError, RecursionError):           # not JSON, too deep, an integer of 4,300+ digits
+        return _loads_marked(text, origin)         # it says what is wrong, and where
+    keys, colons, depth, long_int = _shape(data, MAX_DEPTH)
+    if marked or long_int or depth > MAX_DEPTH or keys + colons != text.count(":"):
+        return _loads_marked(text, origin)
+    return data
+
+
+def _loads_marked(text: str, origin: str) -> Any:
+    """`loads_strict` through the decoder's hooks, which mark every bad value and repeated key."""
+    marked: list[bool] = []
+
+    def constant(name: str) -> _Bad:
+        marked.append(True)
+        return _constant(name)
+
+    def integer(digits: str) -> Any:
+        if len(digits) > MAX_NUMBER_CHARS:
+            marked.append(True)
+        return _int(digits)
+
+    def number(digits: str) -> Any:
+        value = _float(digits)
+        if isinstance(value, _Bad):
+            marked.append(True)
+        return value
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        obj = _pairs(items)
+        if isinstance(obj, _Object):
+            marked.append(True)
+        return obj
+
+    try:
+        data = json.loads(text, object_pairs_hook=pairs, parse_constant=constant, parse_int=integer,
+                          parse_float=number)
     except json.JSONDecodeError as err:
+        deep = _depth_problem(text, origin)
+        if deep is not None:
+            raise deep from err
         raise StrictJSONError([f"{origin}: not JSON: line {err.lineno} column {err.colno}: {err.msg}"]) from err
-    except RecursionError as err:   # the scan bounds depth; this is a second guard
-        raise StrictJSONError([f"{origin}: nested too deeply to read"]) from err
+    except RecursionError as err:   # deeper than Python's recursion limit: the scan says where
+        deep = _depth_problem(text, origin)
+        raise (deep or StrictJSONError([f"{origin}: nested too deeply to read"])) from err
+    if _deeper_than(text, MAX_DEPTH):
+        deep = _depth_problem(text, origin)
+        if deep is not None:
+            raise deep
+    if not marked and not _may_hold_surrogates(text):
+        return data
     found: list[tuple[list[Any], str]] = []
     _walk(data, [], found)
     if not found:

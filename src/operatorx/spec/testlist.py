@@ -7,19 +7,23 @@ import os
 import tempfile
 import warnings
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, Optional
 
 from pydantic import ValidationError
 
+from operatorx.bulk import gc_paused
+from operatorx.spec.base import MAX_INT64, too_large
 from operatorx.spec.case import Case
 from operatorx.spec.errors import MAX_PROBLEMS_SHOWN, TestlistError, TestlistWarning
 from operatorx.spec.strict_json import StrictJSONError, loads_strict, shown
 
 __all__ = [
-    "TestlistError", "TestlistWarning", "load_testlist", "parse_cases", "merge_cases", "dump_testlist",
-    "resolve_testlist", "shipped_testlists", "old_format", "read_json", "CASE_KEYS", "MAX_PROBLEMS_SHOWN",
+    "TestlistError", "TestlistWarning", "load_testlist", "parse_cases", "merge_cases", "merge_indexed",
+    "dump_testlist", "resolve_testlist", "shipped_testlists", "old_format", "read_json", "read_testlist",
+    "Testlist", "CASE_KEYS", "MAX_PROBLEMS_SHOWN",
 ]
 
 #: The largest testlist read (the shipped full list is about 1.4 MB).
@@ -89,15 +93,34 @@ def parse_cases(data: Any, origin: str, on_warning: Optional[Callable[[str], Non
     (default: a TestlistWarning). Unknown keys inside `args` stay errors: a typo there would
     change what is measured.
     """
+    return _parse(data, origin, on_warning, owned=False)
+
+
+def _parse(data: Any, origin: str, on_warning: Optional[Callable[[str], None]], owned: bool) -> list[Case]:
+    """parse_cases; `owned`: `data` is this call's own, and each entry is dropped once validated (10^6
+    decoded entries held 1.3 GB beside the cases made from them)."""
     warn = on_warning or _warn
     if not isinstance(data, list):
         raise TestlistError([f"{origin}: a testlist is a JSON array of cases, got {type(data).__name__}"])
     old = _old_format_problem(data, origin)
     if old is not None:
         raise TestlistError([old])
+    with gc_paused():
+        cases, problems = _validated(data, origin, warn, owned)
+    if problems:
+        raise TestlistError(problems)
+    return cases
+
+
+def _validated(data: list[Any], origin: str, warn: Callable[[str], None],
+               owned: bool = False) -> tuple[list[Case], list[str]]:
+    """(the cases, every problem line) of a decoded testlist array (emptied as it goes when `owned`)."""
     cases: list[Case] = []
     problems: list[str] = []
-    for index, item in enumerate(data):
+    for index in range(len(data)):
+        item = data[index]
+        if owned:
+            data[index] = None
         if not isinstance(item, dict):
             what = "null" if item is None else type(item).__name__
             problems.append(f"{origin}: case {index}: a case is a JSON object, got {what}")
@@ -106,13 +129,17 @@ def parse_cases(data: Any, origin: str, on_warning: Optional[Callable[[str], Non
             cases.append(Case.model_validate(_split_metadata(item, origin, index, warn)))
         except ValidationError as err:
             for e in err.errors():
-                msg = e["msg"].removeprefix("Value error, ")
-                problems.append(f"{origin}: case {index}: {_loc(tuple(e['loc']))}: {msg}")
+                problems.append(f"{origin}: case {index}: {_loc(tuple(e['loc']))}: {_message(e)}")
         except RecursionError:
             problems.append(f"{origin}: case {index}: nested too deeply to read")
-    if problems:
-        raise TestlistError(problems)
-    return cases
+    return cases, problems
+
+
+def _message(error: Any) -> str:
+    """A validation error's text, in the format page's words where pydantic's are only a bound."""
+    if error["type"] == "less_than_equal" and (error.get("ctx") or {}).get("le") == MAX_INT64:
+        return too_large(error["input"])
+    return str(error["msg"]).removeprefix("Value error, ")
 
 
 def read_json(path: str | os.PathLike[str]) -> Any:
@@ -130,14 +157,53 @@ def read_json(path: str | os.PathLike[str]) -> Any:
     except UnicodeDecodeError as err:
         raise TestlistError([f"{path}: not UTF-8 text (byte {err.start}): a testlist is a JSON file"]) from err
     try:
-        return loads_strict(text, str(path))
+        with gc_paused():
+            return loads_strict(text, str(path))
     except StrictJSONError as err:
         raise TestlistError(err.problems) from err
 
 
 def load_testlist(path: str | os.PathLike[str], on_warning: Optional[Callable[[str], None]] = None) -> list[Case]:
-    """Read and validate a testlist file; TestlistError lists every problem (file, case, field)."""
-    return parse_cases(read_json(path), str(path), on_warning)
+    """Read and validate a testlist file, every entry as written (duplicates too); TestlistError lists
+    every problem (file, case, field). A run reads it with `read_testlist`, duplicates merged."""
+    return _parse(read_json(path), str(path), on_warning, owned=True)
+
+
+@dataclass(frozen=True)
+class Testlist:
+    """A testlist as a run holds it: each distinct case once, in first-seen order, with the index of
+    its first copy in the file (the index rows and messages give it) and every copy's sources merged."""
+
+    cases: list[Case]
+    indexes: list[int]
+    """The file index of each case's first copy, beside `cases`."""
+    entries: int
+    """The cases the file lists, duplicates counted."""
+
+    @property
+    def duplicates(self) -> int:
+        """Entries that repeated an earlier case and were merged into it."""
+        return self.entries - len(self.cases)
+
+    def indexed(self) -> list[tuple[int, Case]]:
+        """(index of the first copy in the file, case), in file order."""
+        return list(zip(self.indexes, self.cases, strict=True))
+
+    def merged_line(self) -> Optional[str]:
+        """One line saying how many duplicates were merged, or None when there were none."""
+        if not self.duplicates:
+            return None
+        what = "duplicate" if self.duplicates == 1 else "duplicates"
+        return (f"{self.duplicates:,} {what} merged ({self.entries:,} entries; each copy's sources and recipes "
+                "joined its first copy's)")
+
+
+def read_testlist(path: str | os.PathLike[str], on_warning: Optional[Callable[[str], None]] = None) -> Testlist:
+    """Read and validate a testlist file for a run: duplicates merged into their first copy."""
+    cases = load_testlist(path, on_warning)
+    with gc_paused():
+        merged, indexes = merge_indexed(cases)
+    return Testlist(cases=merged, indexes=indexes, entries=len(cases))
 
 
 def _merged_deployment(have: dict[str, Any], more: dict[str, Any]) -> Optional[dict[str, Any]]:
@@ -155,28 +221,70 @@ def _merged_deployment(have: dict[str, Any], more: dict[str, Any]) -> Optional[d
     return out if out != a else None
 
 
+class _Merging:
+    """One distinct case while its copies are merged: sources and recipes as ordered sets (a dict),
+    so each copy costs its own length, never the length of what was merged before it."""
+
+    __slots__ = ("case", "sources", "recipes", "metadata", "changed")
+
+    def __init__(self, case: Case) -> None:
+        self.case = case
+        self.sources: dict[str, None] = dict.fromkeys(case.sources)
+        self.recipes: dict[str, None] = dict.fromkeys(case.recipes)
+        self.metadata = case.metadata
+        self.changed = False
+
+    def add(self, copy: Case) -> None:
+        for s in copy.sources:
+            if s not in self.sources:
+                self.sources[s] = None
+                self.changed = True
+        for r in copy.recipes:
+            if r not in self.recipes:
+                self.recipes[r] = None
+                self.changed = True
+        deployment = _merged_deployment(self.metadata, copy.metadata)
+        if deployment is not None:
+            self.metadata = {**self.metadata, "deployment": deployment}
+            self.changed = True
+
+    def merged(self) -> Case:
+        if not self.changed:
+            return self.case
+        return self.case.model_copy(update={"sources": list(self.sources), "recipes": list(self.recipes),
+                                            "metadata": self.metadata})
+
+
+def merge_indexed(cases: Iterable[Case]) -> tuple[list[Case], list[int]]:
+    """(distinct cases, the position of each one's first copy among `cases`): deduplicated by (type,
+    args) in first-seen order, each carrying the union of its copies' sources, recipes and
+    `metadata.deployment` sizes. Linear in the cases and their sources: a case's key is computed
+    once, and each merged case is rebuilt once."""
+    first: dict[str, int] = {}                   # key -> position in `out`
+    out: list[Case] = []
+    indexes: list[int] = []
+    merging: dict[int, _Merging] = {}            # only the cases that have copies
+    for index, case in enumerate(cases):
+        key = case.key()
+        at = first.get(key)
+        if at is None:
+            first[key] = len(out)
+            out.append(case)
+            indexes.append(index)
+            continue
+        have = merging.get(at)
+        if have is None:
+            have = merging[at] = _Merging(out[at])
+        have.add(case)
+    for at, have in merging.items():
+        out[at] = have.merged()
+    return out, indexes
+
+
 def merge_cases(cases: Iterable[Case]) -> list[Case]:
     """Dedupe by (type, args), first-seen order; the survivors carry the union of sources, recipes
     and `metadata.deployment` sizes."""
-    merged: dict[str, Case] = {}
-    for case in cases:
-        key = case.key()
-        if key in merged:
-            have = merged[key].sources
-            extra = [s for s in case.sources if s not in have]
-            if extra:
-                merged[key] = merged[key].with_sources(have + extra)
-            recipes = merged[key].recipes
-            more = [r for r in case.recipes if r not in recipes]
-            if more:
-                merged[key] = merged[key].model_copy(update={"recipes": recipes + more})
-            deployment = _merged_deployment(merged[key].metadata, case.metadata)
-            if deployment is not None:
-                merged[key] = merged[key].model_copy(
-                    update={"metadata": {**merged[key].metadata, "deployment": deployment}})
-        else:
-            merged[key] = case
-    return list(merged.values())
+    return merge_indexed(cases)[0]
 
 
 def dump_testlist(cases: Iterable[Case], path: str | os.PathLike[str]) -> None:

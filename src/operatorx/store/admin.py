@@ -12,7 +12,7 @@ from sqlalchemy.exc import DBAPIError
 from operatorx.store.db import _remove_new_sidecars, _sidecars, state_error
 from operatorx.store.engine import busy_timeout_s, make_engine, retrying, translate
 from operatorx.store.errors import StoreError
-from operatorx.store.migrate import SchemaState, schema_state, upgrade_to_head
+from operatorx.store.migrate import SchemaState, foreign_tables, schema_state, upgrade_to_head
 from operatorx.store.schema import SCHEMA_HEAD
 from operatorx.store.target import DbTarget, check_sqlite_path, parse_db
 
@@ -103,8 +103,24 @@ def upgrade_database(db: str) -> str:
     if found == "legacy":
         return f"upgraded {target.display()} from the unversioned layout to schema {SCHEMA_HEAD} (runs and rows kept)"
     if found == "empty":
-        return f"created the tables in {target.display()} (schema {SCHEMA_HEAD})"
+        others = _foreign_tables(target)
+        kept = (f"; {' and '.join(others)} {'is' if len(others) == 1 else 'are'} not OperatorX's and "
+                "stayed as they were") if others else ""
+        return f"created the tables in {target.display()} (schema {SCHEMA_HEAD}){kept}"
     return f"upgraded {target.display()} to schema {SCHEMA_HEAD}"
+
+
+def _foreign_tables(target: DbTarget) -> list[str]:
+    """Another application's `runs` / `rows` beside OperatorX's tables (named in `db upgrade`'s line,
+    so nobody reads "created" as "converted")."""
+    engine = make_engine(target, mode="ro", timeout_s=busy_timeout_s())
+    try:
+        with engine.connect() as conn:
+            return foreign_tables(conn)
+    except DBAPIError:
+        return []
+    finally:
+        engine.dispose()
 
 
 def check_database(db: str) -> DbStatus:
@@ -113,7 +129,7 @@ def check_database(db: str) -> DbStatus:
     if target.kind == "sqlite":
         check_sqlite_path(target, create=False, write=False)
     existed = [f.exists() for f in _sidecars(target)]
-    engine = make_engine(target, mode="ro" if target.kind == "sqlite" else "", timeout_s=busy_timeout_s())
+    engine = make_engine(target, mode="ro", timeout_s=busy_timeout_s())
     try:
         with engine.connect() as conn:
             state, rev = schema_state(conn)

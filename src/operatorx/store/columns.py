@@ -12,8 +12,10 @@ import math
 from typing import Any, Optional
 
 from operatorx.shown import shown_values
+from operatorx.storable import all_storable, storable
 
-__all__ = ["case_key_of", "case_values", "row_values", "run_values", "RUN_FIELDS"]
+__all__ = ["case_key_of", "case_values", "row_values", "run_values", "RUN_FIELDS", "NONE_SHOWN", "model_role",
+           "int64_or_none", "key_sha256"]
 
 # Run fields with their own column; everything else a document's "run" holds is `info`.
 RUN_FIELDS = ("id", "started_at", "finished_at", "state", "testlist", "backend", "run_group", "shard")
@@ -35,25 +37,35 @@ def _num(v: Any) -> Optional[float]:
     return float(v) if math.isfinite(v) else None
 
 
-def _int(v: Any) -> Optional[int]:
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def int64_or_none(v: Any) -> Optional[int]:
+    """An integer column's value: an int a signed 64-bit column holds (the spec refuses larger sizes;
+    a document from elsewhere may still carry one), else None."""
+    if not isinstance(v, int) or isinstance(v, bool):
+        return None
+    return v if _INT64[0] <= v <= _INT64[1] else None
 
 
 def _str(v: Any) -> Optional[str]:
-    return v if isinstance(v, str) else None
+    return storable(v) if isinstance(v, str) else None
 
 
 def _dict(v: Any) -> dict[str, Any]:
     return v if isinstance(v, dict) else {}
 
 
-def case_values(row: dict[str, Any]) -> dict[str, Any]:
-    op, key = row["op"], case_key_of(row)
+def case_values(row: dict[str, Any], key: Optional[str] = None) -> dict[str, Any]:
+    """Column values of the `cases` table for a row document's case; `key` is its case key when the
+    caller knows it (else computed from the document: the same text)."""
+    op = row["op"]
+    key = case_key_of(row) if key is None else key
     return {"key_sha256": key_sha256(key), "case_key": key, "type": op["type"], "label": _str(row.get("label")),
             "args": op["args"], "sources": list(op.get("sources") or [])}
 
 
-def _model_role(sources: list[Any]) -> tuple[Optional[str], Optional[str]]:
+def model_role(sources: list[Any]) -> tuple[Optional[str], Optional[str]]:
     """`<checkpoint>/<role>` of the first source: the checkpoint may itself hold a '/'."""
     first = next((s for s in sources if isinstance(s, str) and s), None)
     if first is None:
@@ -62,22 +74,42 @@ def _model_role(sources: list[Any]) -> tuple[Optional[str], Optional[str]]:
     return (model, role) if sep else (first, None)
 
 
+NONE_SHOWN = shown_values({}, stored_only=True)
+"""The stored metrics of a row without any (a planned row): every one None."""
+_TEXT_COLUMNS = ("backend", "side", "testlist", "error_kind", "message", "label", "scheme", "model", "role")
+
+
+def _text(v: Any) -> Optional[str]:
+    return v if isinstance(v, str) else None
+
+
 def row_values(row: dict[str, Any]) -> dict[str, Any]:
-    """Column values of the `rows` table for one row document (without run_id and case_id)."""
-    op, m = row["op"], _dict(row.get("metrics"))
-    args, sources = _dict(op.get("args")), list(op.get("sources") or [])
-    model, role = _model_role(sources)
+    """Column values of the `rows` table for one row document (without run_id and case_id). Its text
+    columns are storable: a Row's text already is (result.py); a document from elsewhere is checked
+    here, once for all its text columns."""
+    op, m = row["op"], row.get("metrics")
+    m = m if isinstance(m, dict) else {}
+    args = op.get("args")
+    args = args if isinstance(args, dict) else {}
+    sources = list(op.get("sources") or [])
+    model, role = model_role(sources)
     samples = m.get("samples_us")
-    return {
+    out = {
         "backend": op["backend"], "side": row.get("side") or "", "case_index": int(row["case_index"]),
-        "testlist": row.get("testlist") or "", "status": row["status"], "error_kind": _str(row.get("error_kind")),
-        "message": _str(row.get("message")), "op_type": op["type"], "label": _str(row.get("label")),
-        "scheme": _str(m.get("scheme")), "model": model, "role": role,
-        "m": _int(args.get("m")), "n": _int(args.get("n")), "k": _int(args.get("k")),
-        "tokens": _int(args.get("tokens")),
-        **shown_values(m, stored_only=True),
+        "testlist": row.get("testlist") or "", "status": row["status"], "error_kind": _text(row.get("error_kind")),
+        "message": _text(row.get("message")), "op_type": op["type"], "label": _text(row.get("label")),
+        "scheme": _text(m.get("scheme")), "model": model, "role": role,
+        "m": int64_or_none(args.get("m")), "n": int64_or_none(args.get("n")), "k": int64_or_none(args.get("k")),
+        "tokens": int64_or_none(args.get("tokens")),
+        **(shown_values(m, stored_only=True) if m else NONE_SHOWN),
         "samples_us": samples if isinstance(samples, list) else None, "sources": sources, "record": row,
     }
+    texts = [out[c] for c in _TEXT_COLUMNS if isinstance(out[c], str)]
+    if not all_storable(texts):
+        for c in _TEXT_COLUMNS:
+            if isinstance(out[c], str):
+                out[c] = storable(out[c])
+    return out
 
 
 def _settings(info: dict[str, Any]) -> Optional[dict[str, Any]]:

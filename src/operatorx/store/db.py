@@ -11,15 +11,16 @@ what to do.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Optional, TypeVar
+from typing import Any, Optional, TypeVar, overload
 
 from sqlalchemy import Connection, delete, func, select, update
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
-from operatorx.result import SCHEMA_VERSION, Row
+from operatorx.bulk import gc_paused
+from operatorx.result import SCHEMA_VERSION, Plan, Row
 from operatorx.store.columns import RUN_FIELDS, row_values, run_values
 from operatorx.store.engine import busy_timeout_s as _busy_timeout_s
 from operatorx.store.engine import make_engine, retrying, transaction, translate
@@ -27,7 +28,7 @@ from operatorx.store.errors import RunNotFound, StoreError
 from operatorx.store.migrate import SchemaState, schema_state, upgrade_to_head
 from operatorx.store.schema import RUN_STATES, SCHEMA_HEAD, rows, runs
 from operatorx.store.target import DbTarget, check_sqlite_path, parse_db
-from operatorx.store.writes import insert_run, upsert_rows
+from operatorx.store.writes import insert_run, upsert_plan, upsert_rows
 
 __all__ = ["Store", "RunNotFound", "StoreError", "database_url", "check_db"]
 
@@ -114,15 +115,21 @@ def check_db(db: str, *, create: bool) -> None:
 
 
 class Store:
-    """One database. `create=False` (read commands, resume) never creates one."""
+    """One database. `create=False` (resume) never creates one; `read_only=True` (the read commands:
+    results, compare, serve, report build) never creates or writes anything, so it also reads a
+    database on read-only media: SQLite opens `mode=ro` (with `immutable=1` where the directory
+    cannot take the -wal/-shm), PostgreSQL sessions are READ ONLY."""
 
-    def __init__(self, db: str, *, create: bool = True, busy_timeout_s: Optional[float] = None):
+    def __init__(self, db: str, *, create: bool = True, busy_timeout_s: Optional[float] = None,
+                 read_only: bool = False):
         self.target = parse_db(db)
         self.url = self.target.display()
+        create = create and not read_only
         if self.target.kind == "sqlite":
             check_sqlite_path(self.target, create=create, write=create)
         self._timeout_s = _busy_timeout_s(busy_timeout_s)
-        self.engine = make_engine(self.target, mode=_sqlite_mode(self.target, create), timeout_s=self._timeout_s)
+        mode = "ro" if read_only else _sqlite_mode(self.target, create)
+        self.engine = make_engine(self.target, mode=mode, timeout_s=self._timeout_s)
         self._case_ids: dict[str, int] = {}
         existed = [f.exists() for f in _sidecars(self.target)]
         try:
@@ -183,10 +190,12 @@ class Store:
 
     # --- a run's life -----------------------------------------------------------------------
     def begin_run(self, run_id: str, started_at: str, testlist: str, backend: str, device: str,
-                  info: dict[str, Any], planned: Optional[list[Row]] = None, *, run_group: Optional[str] = None,
-                  shard: Optional[str] = None) -> None:
-        """The run (state `running`) and its planned rows (`Row.missing(...)`), in one transaction."""
-        docs = [r.to_json() for r in planned or []]
+                  info: dict[str, Any], planned: Optional[Sequence[Row] | Plan] = None, *,
+                  run_group: Optional[str] = None, shard: Optional[str] = None) -> None:
+        """The run (state `running`) and its planned rows (`Row.missing(...)`, or a `Plan` of them), in
+        one transaction."""
+        docs = RowDocuments(planned or []) if not isinstance(planned, Plan) else planned
+        identities = [r.key() for r in planned or []] if not isinstance(planned, Plan) else []
 
         def write(conn: Connection) -> None:
             if conn.execute(select(runs.c.id).where(runs.c.id == run_id)).first() is not None:
@@ -194,7 +203,11 @@ class Store:
             insert_run(conn, run_id=run_id, started_at=started_at, finished_at=None, state="running",
                        testlist=testlist, backend=backend, device=device, info=info, run_group=run_group,
                        shard=shard)
-            upsert_rows(conn, run_id, docs, self._case_ids)
+            with gc_paused():              # a plan of 10^5 rows (docs/benchmarks.md, "Scale of a testlist")
+                if isinstance(planned, Plan):
+                    upsert_plan(conn, run_id, planned, self._case_ids)
+                else:
+                    upsert_rows(conn, run_id, docs, self._case_ids, identities)
         try:
             self._write("begin the run in", write)
         except StoreError:
@@ -219,9 +232,10 @@ class Store:
         if not rows_:
             return
         docs = [r.to_json() for r in rows_]
+        identities = [r.key() for r in rows_]
         what = "a row" if len(docs) == 1 else "rows"
         try:
-            self._write(f"store {what} in", lambda conn: upsert_rows(conn, run_id, docs, self._case_ids))
+            self._write(f"store {what} in", lambda conn: upsert_rows(conn, run_id, docs, self._case_ids, identities))
         except IntegrityError:
             raise RunNotFound(f"no run {run_id!r} in {self.url} to store {what} in") from None
 
@@ -361,6 +375,27 @@ class Store:
             conn.execute(delete(rows).where(rows.c.run_id == run_id))
             return bool(conn.execute(delete(runs).where(runs.c.id == run_id)).rowcount)
         return self._write("delete a run in", write)
+
+
+class RowDocuments(Sequence[dict[str, Any]]):
+    """Rows as their documents (`Row.to_json()`), each built when it is asked for."""
+
+    def __init__(self, rows_: Sequence[Row]) -> None:
+        self._rows = rows_
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    @overload
+    def __getitem__(self, i: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[dict[str, Any]]: ...
+
+    def __getitem__(self, i: int | slice) -> dict[str, Any] | Sequence[dict[str, Any]]:
+        if isinstance(i, slice):
+            return [r.to_json() for r in self._rows[i]]
+        return self._rows[i].to_json()
 
 
 def _row_from_json(d: dict[str, Any]) -> Row:

@@ -14,10 +14,11 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
 
-from sqlalchemy import Connection, Engine, create_engine
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.pool import QueuePool
 
@@ -25,7 +26,8 @@ from operatorx.store.errors import StoreError
 from operatorx.store.target import PG_CONNECT_TIMEOUT_S, DbTarget, require_psycopg, sqlite_error_kind
 from operatorx.store.writes import json_dumps
 
-__all__ = ["make_engine", "translate", "transaction", "retrying", "busy_timeout_s", "set_wal"]
+__all__ = ["make_engine", "translate", "transaction", "retrying", "busy_timeout_s", "set_wal", "sqlite_uri",
+           "sqlite_needs_immutable"]
 
 T = TypeVar("T")
 _DEFAULT_BUSY_TIMEOUT_S = 30.0
@@ -45,27 +47,60 @@ def busy_timeout_s(given: float | None = None) -> float:
             from None
 
 
+def sqlite_needs_immutable(path: Path) -> bool:
+    """Whether a read-only open of `path` must say `immutable=1`: when its directory is not writable
+    (a read-only mount, another user's directory) and the -wal and -shm are not both there already.
+    Reading a WAL database otherwise needs SQLite to make them, and the open fails; `immutable` reads
+    the file as it is, with no locks and no side files (rows only in a leftover -wal are not seen)."""
+    if os.access(path.parent, os.W_OK | os.X_OK):
+        return False
+    return not all(path.with_name(path.name + s).exists() for s in ("-wal", "-shm"))
+
+
+def sqlite_uri(path: Path, mode: str) -> str:
+    """The URI SQLite opens: `mode=rwc|rw|ro`, plus `immutable=1` for a read where it is needed."""
+    uri = f"file:{quote(str(path.absolute()))}?mode={mode}"
+    return uri + "&immutable=1" if mode == "ro" and sqlite_needs_immutable(path) else uri
+
+
 def make_engine(target: DbTarget, *, mode: str, timeout_s: float) -> Engine:
-    """`mode` is SQLite's open mode: `rwc` (create if missing), `rw`, or `ro`."""
+    """`mode` is SQLite's open mode: `rwc` (create if missing), `rw`, or `ro`. `ro` is a reader's
+    promise on both kinds: SQLite opens `mode=ro` (and `immutable=1` where the directory cannot take
+    the -wal/-shm) with `query_only`; PostgreSQL sessions default to READ ONLY transactions."""
     if target.kind == "postgresql":
         require_psycopg(target)
         assert target.url is not None
         # pre-ping: a sweep's pooled connection may sit idle for an hour and be dropped by the server
         # or a proxy in between; a dead one is replaced on checkout instead of failing the write
-        return create_engine(target.url, json_serializer=json_dumps, pool_pre_ping=True,
-                             connect_args={"connect_timeout": PG_CONNECT_TIMEOUT_S, "application_name": "operatorx"})
+        engine = create_engine(target.url, json_serializer=json_dumps, pool_pre_ping=True,
+                               connect_args={"connect_timeout": PG_CONNECT_TIMEOUT_S,
+                                             "application_name": "operatorx"})
+        if mode == "ro":
+            event.listen(engine, "connect", _pg_read_only)
+        return engine
     assert target.path is not None
-    uri = f"file:{quote(str(target.path.absolute()))}?mode={mode}"
+    path = target.path
 
     def connect() -> sqlite3.Connection:
-        # isolation_level=None: the driver begins nothing by itself; `transaction` below does
-        conn = sqlite3.connect(uri, uri=True, timeout=timeout_s, isolation_level=None, check_same_thread=False)
+        # isolation_level=None: the driver begins nothing by itself; `transaction` below does. The URI
+        # is made per connection: whether `immutable` is needed can change while a server runs.
+        conn = sqlite3.connect(sqlite_uri(path, mode), uri=True, timeout=timeout_s, isolation_level=None,
+                               check_same_thread=False)
         conn.execute("PRAGMA foreign_keys=ON")
         conn.execute("PRAGMA synchronous=NORMAL")
+        if mode == "ro":
+            conn.execute("PRAGMA query_only=ON")
         return conn
 
     return create_engine("sqlite://", creator=connect, poolclass=QueuePool, pool_size=2, max_overflow=8,
                          json_serializer=json_dumps)
+
+
+def _pg_read_only(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+    cur.close()
+    dbapi_conn.commit()
 
 
 def set_wal(conn: Connection) -> None:
@@ -137,7 +172,7 @@ def _first_line(err: BaseException) -> str:
 def translate(target: DbTarget, err: BaseException, what: str = "open") -> StoreError:
     """A driver error as one line naming the problem and the fix."""
     where = target.display()
-    detail = _first_line(err)
+    detail = target.scrub(_first_line(err))          # a driver may quote the connection string
     if target.kind == "sqlite":
         kind = sqlite_error_kind(err)
         if kind == "locked":
@@ -166,7 +201,8 @@ def translate(target: DbTarget, err: BaseException, what: str = "open") -> Store
         return StoreError(f"PostgreSQL at {host} has no database {url.database if url else ''!r}: create it "
                           f"with `operatorx db init {target.flag()}` (or createdb)")
     if "password" in low or "authentication" in low or ("role" in low and "does not exist" in low):
-        return StoreError(f"PostgreSQL at {host} refused the login ({detail}): fix the user/password in --db")
+        return StoreError(f"PostgreSQL at {host} refused the login ({detail}): fix the user, or the password "
+                          "(in --db, OPERATORX_DB, PGPASSWORD or ~/.pgpass)")
     if "permission denied" in low:
         return StoreError(f"PostgreSQL at {host}: cannot {what} ({detail}): the role in --db lacks the right; "
                           "ask the database's owner to grant it (or to create the database for you)")

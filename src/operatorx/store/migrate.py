@@ -5,9 +5,11 @@ PostgreSQL: a transaction-scoped advisory lock), so any number of processes may 
 one database at once: the first does the work, the others wait and then find it done. DDL is
 transactional on both, so a failed migration leaves the database as it was.
 
-A database made before migrations existed (tables `runs` and `rows`, no version table) is
-"legacy": `operatorx db upgrade` creates the current tables beside them, copies every run and row
-across (duplicate rows collapse to the last one stored) and drops the old tables, in one transaction.
+A database made before migrations existed (tables `runs` and `rows` with exactly the columns
+OperatorX gave them, no version table) is "legacy": `operatorx db upgrade` creates the current tables
+beside them, copies every run and row across (duplicate rows collapse to the last one stored) and
+drops the old tables, in one transaction. Tables named `runs` / `rows` with other columns are another
+application's: OperatorX never converts or drops a table it did not create.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from operatorx.store.engine import set_wal, transaction
 from operatorx.store.schema import SCHEMA_HEAD
 from operatorx.store.target import DbTarget
 
-__all__ = ["SchemaState", "schema_state", "upgrade_to_head", "VERSION_TABLE", "script_head"]
+__all__ = ["SchemaState", "schema_state", "upgrade_to_head", "VERSION_TABLE", "script_head", "is_legacy_layout",
+           "foreign_tables"]
 
 VERSION_TABLE = "ox_alembic_version"
 SchemaState = Literal["empty", "legacy", "current", "older", "newer", "unversioned"]
@@ -41,9 +44,34 @@ def schema_state(conn: Connection) -> tuple[SchemaState, str | None]:
         return ("older" if rev in _known_revisions() else "newer"), rev
     if "ox_runs" in tables:
         return "unversioned", None
-    if {"runs", "rows"} <= tables:
+    if {"runs", "rows"} <= tables and is_legacy_layout(conn):
         return "legacy", None
     return "empty", None
+
+
+# The columns OperatorX gave `runs` and `rows` before schema versions (store/schema.py up to 1134776).
+# Tables of those names with any other columns belong to another application: they are never
+# converted or dropped, and OperatorX's own tables (all `ox_`) go beside them.
+LEGACY_COLUMNS = {
+    "runs": frozenset({"id", "started_at", "finished_at", "state", "testlist", "backend", "device", "info"}),
+    "rows": frozenset({"id", "run_id", "case_index", "case_key", "op_type", "backend", "testlist", "status",
+                       "message", "latency_us", "tflops", "gbps", "record"}),
+}
+
+
+def is_legacy_layout(conn: Connection) -> bool:
+    """True when `runs` and `rows` have exactly the columns an older OperatorX made: only then are
+    they OperatorX's to convert and drop (a same-named pair of another app is left alone)."""
+    insp = inspect(conn)
+    return all({c["name"] for c in insp.get_columns(table)} == cols for table, cols in LEGACY_COLUMNS.items())
+
+
+def foreign_tables(conn: Connection) -> list[str]:
+    """`runs` / `rows` tables present but not in OperatorX's old layout (another app's), by name."""
+    found = set(inspect(conn).get_table_names()) & set(LEGACY_COLUMNS)
+    if found == set(LEGACY_COLUMNS) and is_legacy_layout(conn):
+        return []
+    return sorted(found)
 
 
 def _known_revisions() -> set[str]:

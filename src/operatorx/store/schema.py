@@ -5,7 +5,9 @@
   git commit, run group, shard) and the run's full `info` as JSON.
 - `cases`: one per distinct case (type + args), shared by every run that timed it.
 - `rows`: one per (run, case, backend, side) — a UNIQUE key, so writing a row twice replaces it. Typed
-  columns for what people filter and plot, the raw samples, and the full row document as JSON.
+  columns for what people filter and plot, the raw samples, and the full row document as JSON. Its
+  size columns (m, n, k, tokens) and case_index are 64-bit (BIGINT on PostgreSQL; SQLite's INTEGER
+  already is): they hold every size a case may give (spec/base.py, at most 2^63 - 1).
 
 `info` and `record` are plain JSON (PostgreSQL `json`: kept as written, key order included, so a
 document read back is the document stored); the JSON columns meant for queries are JSONB there.
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Column,
     Float,
     ForeignKey,
@@ -30,11 +33,13 @@ from sqlalchemy.dialects.postgresql import JSONB
 
 __all__ = ["SCHEMA_HEAD", "metadata", "runs", "cases", "rows", "RUN_STATES", "ROW_STATUSES"]
 
-SCHEMA_HEAD = "0001"
+SCHEMA_HEAD = "0002"
 RUN_STATES = ("running", "finished", "interrupted", "failed")
 ROW_STATUSES = ("ok", "unsupported", "error", "missing")
 
 _Json = JSON().with_variant(JSONB(), "postgresql")
+#: A 64-bit integer: BIGINT on PostgreSQL; INTEGER on SQLite, which stores 64 bits in it already.
+_Int64 = BigInteger().with_variant(Integer(), "sqlite")
 
 metadata = MetaData()
 
@@ -85,7 +90,7 @@ rows = Table(
     Column("case_id", Integer, ForeignKey("ox_cases.id"), nullable=False),
     Column("backend", Text, nullable=False),
     Column("side", Text, nullable=False, server_default=""),
-    Column("case_index", Integer, nullable=False),
+    Column("case_index", _Int64, nullable=False),
     Column("testlist", Text, nullable=False),
     Column("status", String(16), nullable=False),
     Column("error_kind", String(16)),
@@ -95,10 +100,10 @@ rows = Table(
     Column("scheme", Text),
     Column("model", Text),
     Column("role", Text),
-    Column("m", Integer),
-    Column("n", Integer),
-    Column("k", Integer),
-    Column("tokens", Integer),
+    Column("m", _Int64),
+    Column("n", _Int64),
+    Column("k", _Int64),
+    Column("tokens", _Int64),
     Column("latency_us", Float),
     Column("busy_us", Float),
     Column("tflops", Float),

@@ -8,8 +8,9 @@ it can be wrong becomes a StoreError with one line: what is wrong and what to do
 from __future__ import annotations
 
 import os
+import shlex
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Optional
 
@@ -17,6 +18,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
 from operatorx.store.errors import StoreError
+from operatorx.store.redact import MASK, hide_password
 
 __all__ = ["DbTarget", "parse_db", "check_sqlite_path", "require_psycopg", "PG_CONNECT_TIMEOUT_S",
            "KNOWN_FORMS"]
@@ -29,21 +31,33 @@ _PG_NAMES = ("postgresql", "postgres")
 
 @dataclass(frozen=True)
 class DbTarget:
-    spec: str                                   # as the user gave it
+    spec: str = field(repr=False)               # as the user gave it: may hold a password, so never shown
     kind: Literal["sqlite", "postgresql"]
     path: Optional[Path] = None                 # SQLite
     url: Optional[URL] = None                   # PostgreSQL, with the psycopg driver
 
     def display(self) -> str:
-        """How messages name it: the path, or the URL with any password hidden."""
+        """How messages, documents and stored runs name it: the path, or the URL with any password
+        (given in its user part or as a `password=` option) shown as `***`."""
         if self.kind == "sqlite":
             return str(self.path)
         assert self.url is not None
         return self.url.set(drivername="postgresql").render_as_string(hide_password=True)
 
     def flag(self) -> str:
-        """`--db X` as the user would type it again, for the commands a message suggests."""
-        return f"--db {self.spec}" if " " not in self.spec else f"--db '{self.spec}'"
+        """`--db X` for the commands a message suggests: as the user gave it for a file, the display
+        form for a URL (a password is never printed; `***` tells the user to put theirs back)."""
+        shown = self.spec if "://" not in self.spec else self.display()
+        return f"--db {shlex.quote(shown)}"
+
+    def scrub(self, text: str) -> str:
+        """`text` (a driver's message) with this target's password, decoded or as typed, hidden."""
+        text = hide_password(text)
+        if self.url is not None:
+            secret = self.url.password
+            if isinstance(secret, str) and secret:
+                text = text.replace(secret, MASK)
+        return text
 
 
 def parse_db(db: str) -> DbTarget:
@@ -57,23 +71,33 @@ def parse_db(db: str) -> DbTarget:
     try:
         url = make_url(db)
     except (ArgumentError, ValueError) as err:
-        raise StoreError(f"--db {db!r} is not a database URL OperatorX can read ({err}): give {KNOWN_FORMS}") \
-            from None
+        raise StoreError(hide_password(f"--db {db!r} is not a database URL OperatorX can read ({err}): give "
+                                       f"{KNOWN_FORMS}")) from None
     name = url.get_backend_name()
     driver = url.get_driver_name() if "+" in url.drivername else ""
     if name == "sqlite":
         if not url.database or url.database == ":memory:":
-            raise StoreError(f"--db {db}: an in-memory SQLite database keeps nothing; give a file, "
+            raise StoreError(f"--db {hide_password(db)}: an in-memory SQLite database keeps nothing; give a file, "
                              "e.g. sqlite:///operatorx.db")
         return DbTarget(db, "sqlite", path=Path(url.database).expanduser())
     if name in _PG_NAMES:
         if driver not in ("", "psycopg", "psycopg2", "psycopg_async"):
-            raise StoreError(f"--db {db}: OperatorX talks to PostgreSQL through psycopg 3, not {driver}; "
-                             "write postgresql://USER@HOST:PORT/DB")
+            raise StoreError(f"--db {hide_password(db)}: OperatorX talks to PostgreSQL through psycopg 3, not "
+                             f"{driver}; write postgresql://USER@HOST:PORT/DB")
         if not url.database:
-            raise StoreError(f"--db {db}: no database name; write postgresql://USER@HOST:PORT/DB")
-        return DbTarget(db, "postgresql", url=url.set(drivername="postgresql+psycopg"))
-    raise StoreError(f"--db {db}: unknown database kind {scheme!r}; OperatorX knows {KNOWN_FORMS}")
+            raise StoreError(f"--db {hide_password(db)}: no database name; write postgresql://USER@HOST:PORT/DB")
+        return DbTarget(db, "postgresql", url=_password_in_userinfo(url).set(drivername="postgresql+psycopg"))
+    raise StoreError(f"--db {hide_password(db)}: unknown database kind {scheme!r}; OperatorX knows {KNOWN_FORMS}")
+
+
+def _password_in_userinfo(url: URL) -> URL:
+    """A `?password=` option (libpq reads it as the password) moved to the URL's password, which
+    SQLAlchemy hides wherever it shows a URL (its repr, an engine's, its errors)."""
+    given = url.query.get("password")
+    if given is None:
+        return url
+    password = given if isinstance(given, str) else given[-1]
+    return url.difference_update_query(["password"]).set(password=password)
 
 
 def require_psycopg(target: DbTarget) -> None:

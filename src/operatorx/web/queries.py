@@ -2,8 +2,8 @@
 (web/views.py) for each page. The server (web/app.py) and the static build (web/site.py) both call
 it, then render the same templates.
 
-It reads only through the Store's read API (`list_runs`, `resolve_run`, `document`); the one thing
-it changes is how the Store's engine connects (web: read-only, see `open_store`).
+It reads only through the Store's read API (`list_runs`, `resolve_run`, `document`), on a store opened
+read-only (`open_store`).
 """
 
 from __future__ import annotations
@@ -14,12 +14,10 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from sqlalchemy import event
-
 from operatorx.platform.peaks import peaks_for
 from operatorx.report.compare import compare_documents
 from operatorx.store import RunNotFound, Store, StoreError
-from operatorx.web.safe import clean
+from operatorx.web.safe import clean, clean_text, shown_name
 from operatorx.web.views import (
     CompareCase,
     ReasonGroup,
@@ -38,41 +36,18 @@ class WebError(Exception):
     """One line that names the problem and the fix (bad --db, unknown run)."""
 
 
-def _read_only(store: Store) -> None:
-    """Make every connection of the store's engine refuse writes: SQLite files open with `mode=ro`
-    (and `query_only`), PostgreSQL sessions default to READ ONLY transactions."""
-    target = getattr(store, "target", None)
-    if target is not None and target.kind == "sqlite":
-        from operatorx.store.engine import make_engine
-
-        old = store.engine
-        store.engine = make_engine(target, mode="ro", timeout_s=getattr(store, "_timeout_s", 30.0))
-        old.dispose()
-    dialect = store.engine.dialect.name
-
-    @event.listens_for(store.engine, "connect")
-    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
-        cur = dbapi_conn.cursor()
-        if dialect == "sqlite":
-            cur.execute("PRAGMA query_only = ON")
-        elif dialect == "postgresql":
-            cur.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
-            dbapi_conn.commit()
-        cur.close()
-
-    store.engine.dispose()       # connections made while opening reconnect through the hook
-
-
 def open_store(db: str) -> Store:
-    """The store at `db` (a path or URL), read-only; never creates a database."""
+    """The store at `db` (a path or URL), read-only (`Store(read_only=True)`: SQLite `mode=ro`, and
+    `immutable=1` on read-only media; PostgreSQL READ ONLY sessions); never creates a database."""
     try:
-        store = Store(db, create=False)
+        store = Store(db, create=False, read_only=True)
     except (StoreError, RunNotFound) as err:
         raise WebError(str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__) from None
     except Exception as err:  # noqa: BLE001 - a driver's error, told in one line
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise WebError(f"cannot open --db {db}: {first}") from None
-    _read_only(store)
+        from operatorx.store.redact import hide_password
+
+        raise WebError(hide_password(f"cannot open --db {db}: {first}")) from None
     return store
 
 
@@ -141,14 +116,21 @@ class Queries:
         return [run_summary(r) for r in self.store.list_runs()]
 
     def resolve(self, run: str) -> RunSummary:
+        """The run a page names: its id as shown (`shown_name`) or as stored, exactly; else a unique
+        prefix of a stored id, or `latest`. Exact names come first, so a crafted id cannot take over
+        another run's prefix."""
+        runs = self.runs()
+        for r in runs:
+            if run in (r.id, r.key):
+                return r
         try:
             rid = self.store.resolve_run(run)
         except RunNotFound as err:
-            raise WebError(str(err).splitlines()[0]) from err
-        for r in self.runs():
-            if r.id == rid:
+            raise WebError(clean_text(str(err).splitlines()[0])) from err
+        for r in runs:
+            if r.key == rid:
                 return r
-        raise WebError(f"no run {run!r}")
+        raise WebError(f"no run {shown_name(run)!r}")
 
     def _stamp(self, run: RunSummary) -> Any:
         counts = tuple(sorted(run.counts.items())) if run.counts else None
@@ -157,13 +139,13 @@ class Queries:
     def document(self, run: RunSummary) -> dict[str, Any]:
         stamp = self._stamp(run)
         with self._lock:
-            if stamp is not None and (run.id, stamp) in self._docs:
-                self._docs.move_to_end((run.id, stamp))
-                return self._docs[(run.id, stamp)]
-        doc = self.store.document(run.id)
+            if stamp is not None and (run.key, stamp) in self._docs:
+                self._docs.move_to_end((run.key, stamp))
+                return self._docs[(run.key, stamp)]
+        doc = self.store.document(run.key)
         if stamp is not None:
             with self._lock:
-                self._docs[(run.id, stamp)] = doc
+                self._docs[(run.key, stamp)] = doc
                 while len(self._docs) > self._max_docs:
                     self._docs.popitem(last=False)
         return doc
@@ -171,12 +153,12 @@ class Queries:
     def rows(self, run: RunSummary) -> list[RowView]:
         stamp = self._stamp(run)
         with self._lock:
-            if stamp is not None and (run.id, stamp) in self._views:
-                return self._views[(run.id, stamp)]
+            if stamp is not None and (run.key, stamp) in self._views:
+                return self._views[(run.key, stamp)]
         views = [row_view(r) for r in self.document(run)["rows"]]
         if stamp is not None:
             with self._lock:
-                self._views[(run.id, stamp)] = views
+                self._views[(run.key, stamp)] = views
                 while len(self._views) > 64:
                     self._views.popitem(last=False)
         return views

@@ -5,6 +5,7 @@ the Case page gets its data (inline, or from the run's data scripts on disk)."""
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -17,18 +18,44 @@ from operatorx.web.queries import ComparePage, RooflinePage, RunPage
 from operatorx.web.safe import script_json
 from operatorx.web.views import RowView, RunSummary
 
-__all__ = ["Links", "server_links", "static_links", "slug", "render_runs", "render_run", "render_shape", "shape_rows",
-           "render_roofline", "render_case", "render_compare", "render_error", "CASES_PER_CHUNK"]
+__all__ = ["Links", "server_links", "static_links", "slug", "compare_file", "render_runs", "render_run",
+           "render_shape", "shape_rows", "render_roofline", "render_case", "render_compare", "render_error",
+           "CASES_PER_CHUNK"]
 
 CASES_PER_CHUNK = 250
 _env = Environment(loader=PackageLoader("operatorx.web", "templates"), autoescape=select_autoescape(default=True),
                    trim_blocks=True, lstrip_blocks=True)
 
 
+_SLUG_CHARS = re.compile(r"[A-Za-z0-9_.-]{1,80}")
+_PLAIN_SLUG = re.compile(r"[A-Za-z0-9_.]+(?:-[A-Za-z0-9_.]+)*")     # no `--`, no dash at either end
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+
+
 def slug(run_id: str) -> str:
-    """A file-name-safe name for a run id (ids are free text in ingested documents)."""
-    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", run_id)[:80]
-    return safe if safe == run_id else f"{safe}-{hashlib.sha1(run_id.encode()).hexdigest()[:8]}"
+    """A file-name-safe name for a run id, one per id (ids are free text in ingested documents).
+
+    An id of up to 80 letters, digits, `.`, `_` and `-` is its own slug; any other gets its safe
+    characters and `~` with 12 hex digits of its SHA-256. A `~` is never in the first kind, so a
+    crafted id cannot take another run's file name."""
+    if _SLUG_CHARS.fullmatch(run_id):
+        return run_id
+    return f"{re.sub(r'[^A-Za-z0-9_.-]', '_', run_id)[:60]}~{_digest(run_id)}"
+
+
+def compare_file(a: str, b: str) -> str:
+    """The static site's file for the comparison of run `a` against run `b`, one per ordered pair.
+
+    `compare-A--B.html` when neither slug holds `--` or starts or ends with `-` (then the one `--`
+    tells where A ends, so `p--q`/`r` and `p`/`q--r` cannot meet); otherwise `~` and 12 hex digits of
+    the pair's SHA-256 follow the names (a `~` the plain form never has)."""
+    sa, sb = slug(a), slug(b)
+    if _PLAIN_SLUG.fullmatch(sa) and _PLAIN_SLUG.fullmatch(sb):
+        return f"compare-{sa}--{sb}.html"
+    return f"compare-{sa[:40]}--{sb[:40]}~{_digest(json.dumps([a, b]))}.html"
 
 
 @dataclass(frozen=True)
@@ -44,6 +71,8 @@ class Links:
         return slug(run_id) if self.static_site else quote(run_id, safe="")
 
     def link(self, kind: str, **params: Any) -> str:
+        if kind == "compare" and self.static_site:
+            return compare_file(str(params["a"]), str(params["b"]))
         out = self.patterns[kind]
         for name, value in params.items():
             if name in ("run", "a", "b"):
@@ -59,7 +88,8 @@ class Links:
     def to_json(self, runs: list[str]) -> dict[str, Any]:
         return {"patterns": self.patterns, "static": self.static_site,
                 "slugs": {r: slug(r) for r in runs} if self.static_site else None,
-                "pairs": sorted(f"{a}\n{b}" for a, b in self.compare_pairs)}
+                "pairs": sorted(f"{a}\n{b}" for a, b in self.compare_pairs),
+                "compares": {f"{a}\n{b}": compare_file(a, b) for a, b in sorted(self.compare_pairs)}}
 
 
 def server_links() -> Links:
@@ -147,5 +177,5 @@ def render_compare(page: Optional[ComparePage], links: Links, runs: list[RunSumm
                  cmp=page, runs=runs, plots=True)
 
 
-def render_error(message: str, links: Links) -> str:
-    return _page("error.html", links, "Not found", {"page": "error"}, [], message=message)
+def render_error(message: str, links: Links, title: str = "Not found") -> str:
+    return _page("error.html", links, title, {"page": "error"}, [], message=message)

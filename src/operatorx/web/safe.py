@@ -8,6 +8,7 @@ able to close the element.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -15,7 +16,10 @@ from typing import Any
 
 from markupsafe import Markup
 
-__all__ = ["clean", "clean_text", "clean_json", "script_json"]
+__all__ = ["clean", "clean_text", "clean_json", "script_json", "shown_name", "MAX_NAME_CHARS"]
+
+MAX_NAME_CHARS = 128
+"""A run id longer than this is shown cut (with its digest): ids are free text in ingested documents."""
 
 # CSI (colours, cursor moves), OSC (titles, hyperlinks) and lone two-byte escapes, then any other C0/C1
 # control character except tab and newline.
@@ -86,3 +90,23 @@ def script_json(value: Any) -> Markup:
     separators are written as \\u escapes, so no string can end the element or start a comment."""
     text = clean_json(value)
     return Markup(_SCRIPT_UNSAFE.sub(lambda m: _SCRIPT_ESCAPES[m.group(0)], text))
+
+
+def _visible(ch: str) -> str:
+    code = ord(ch)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def shown_name(name: str) -> str:
+    """A name (a run id) as pages, links and file names use it, never the raw text of a document.
+
+    The name itself when every character is printable and it fits in MAX_NAME_CHARS (every id
+    OperatorX makes). Otherwise each unprintable character (controls, ESC, bidi overrides,
+    zero-width and format characters, lone surrogates) is written as a visible escape (`\\x1b`),
+    the text is cut to 100 characters, and `~` with 12 hex digits of the name's SHA-256 follow:
+    names that differ only in what was escaped or cut still show, link and file apart."""
+    if len(name) <= MAX_NAME_CHARS and name.isprintable():
+        return name
+    visible = "".join(ch if ch.isprintable() else _visible(ch) for ch in name)
+    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return f"{visible[:100]}~{digest}"

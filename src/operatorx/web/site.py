@@ -3,25 +3,30 @@ sweep uploads. The same query layer and templates as the server; links name file
 page reads the case from the run's data scripts (a browser lets file:// pages load scripts, not fetch).
 
 Layout: index.html, shape.html, run-<run>.html, roofline-<run>.html, case-<run>.html?case=N,
-compare-<a>--<b>.html (by default the newest run of each testlist against the one before it),
-data/cases-<run>-<chunk>.js, static/ (plotly.js, the pages' scripts and CSS).
+compare-<a>--<b>.html (by default the newest run of each testlist against the one before it; one file
+per ordered pair, `render.compare_file`), data/cases-<run>-<chunk>.js, static/ (plotly.js, the pages'
+scripts and CSS), and `.operatorx-site`: the list of every file this build wrote, with its size. A
+rebuild replaces the directory only while it holds exactly those files; anything else is named and
+refused, so a directory that merely holds a marker is never emptied.
 """
 
 from __future__ import annotations
 
+import glob
+import json
 import multiprocessing
 import os
 import shutil
 import tempfile
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Optional, Union
 
 from operatorx.web import render
 from operatorx.web.app import STATIC_DIR
 from operatorx.web.queries import Queries, WebError
-from operatorx.web.safe import clean_json
+from operatorx.web.safe import clean_json, shown_name
 from operatorx.web.views import RunSummary
 
 __all__ = ["build_site", "SiteSummary", "MARKER"]
@@ -35,6 +40,8 @@ class SiteSummary:
     runs: int
     pages: int
     compares: int
+    skipped: tuple[str, ...] = ()
+    """One line per run or comparison left out (its data could not be read or rendered)."""
 
 
 def _write(path: Path, text: str) -> None:
@@ -79,31 +86,113 @@ def _run_pages(queries: Queries, run: RunSummary, links: render.Links, tmp: Path
 
 
 def _compare_page(queries: Queries, a: str, b: str, links: render.Links, runs: list[RunSummary], tmp: Path) -> None:
-    _write(tmp / f"compare-{render.slug(a)}--{render.slug(b)}.html",
-           render.render_compare(queries.compare(a, b), links, runs))
+    _write(tmp / render.compare_file(a, b), render.render_compare(queries.compare(a, b), links, runs))
 
 
-def _in_worker(job: str, db: str, *args: Any) -> Any:
-    queries = Queries.open(db)
-    return _run_pages(queries, *args) if job == "run" else _compare_page(queries, *args)
+def _note(what: str, err: Exception) -> str:
+    """One line for a run or comparison left out of the site: what, and why."""
+    first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+    return shown_name(f"{what}: skipped ({type(err).__name__}: {first[:200]})")[:300]
+
+
+def _remove_run_files(run: RunSummary, tmp: Path) -> None:
+    """What a failed run's pages had written already: a skipped run leaves no half of itself."""
+    name = render.slug(run.id)
+    for f in (tmp / f"run-{name}.html", tmp / f"roofline-{name}.html", tmp / f"case-{name}.html"):
+        f.unlink(missing_ok=True)
+    for f in (tmp / "data").glob(f"cases-{glob.escape(name)}-*.js"):
+        f.unlink(missing_ok=True)
+
+
+def _job(queries: Queries, job: str, args: tuple[Any, ...]) -> tuple[Optional[Any], Optional[str]]:
+    """(result, None), or (None, note) when this one run or comparison cannot be built: one bad run
+    (an odd ingested document) never fails the whole site. A failure to write (OSError: a full disk)
+    is not the run's fault and still stops the build."""
+    try:
+        if job == "run":
+            return _run_pages(queries, *args), None
+        _compare_page(queries, *args)
+        return True, None
+    except OSError:
+        raise
+    except Exception as err:  # noqa: BLE001 - one run's data, told in one line
+        if job == "run":
+            _remove_run_files(args[0], args[-1])
+            return None, _note(f"run {args[0].id}", err)
+        return None, _note(f"comparison {args[1]} against {args[0]}", err)
+
+
+def _in_worker(job: str, db: str, *args: Any) -> tuple[Optional[Any], Optional[str]]:
+    return _job(Queries.open(db), job, args)
 
 
 def _all_pages(queries: Queries, runs: list[RunSummary], pairs: list[tuple[str, str]], links: render.Links,
-               tmp: Path, workers: Optional[int]) -> dict[str, list[dict[str, Any]]]:
+               tmp: Path, workers: Optional[int]
+               ) -> tuple[dict[str, list[dict[str, Any]]], list[tuple[str, str]], list[str]]:
     """Each run's pages and each comparison, in worker processes when there are several jobs and CPUs
     (reading and writing rows is CPU-bound JSON work; comparisons, the longest, go first). Returns the
-    runs' Shape rows by run id."""
+    written runs' Shape rows by run id, the comparisons written, and a note for each one skipped."""
     n = min(workers or os.cpu_count() or 1, len(runs) + len(pairs))
     if n <= 1 or queries.db is None:
-        for a, b in pairs:
-            _compare_page(queries, a, b, links, runs, tmp)
-        return {r.id: _run_pages(queries, r, links, tmp) for r in runs}
-    with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("spawn")) as pool:
-        compares = [pool.submit(_in_worker, "compare", queries.db, a, b, links, runs, tmp) for a, b in pairs]
-        pages = {r.id: pool.submit(_in_worker, "run", queries.db, r, links, tmp) for r in runs}
-        for f in compares:
-            f.result()
-        return {rid: f.result() for rid, f in pages.items()}
+        compared = [_job(queries, "compare", (a, b, links, runs, tmp)) for a, b in pairs]
+        done = {r.id: _job(queries, "run", (r, links, tmp)) for r in runs}
+    else:
+        with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = [pool.submit(_in_worker, "compare", queries.db, a, b, links, runs, tmp) for a, b in pairs]
+            pages = {r.id: pool.submit(_in_worker, "run", queries.db, r, links, tmp) for r in runs}
+            compared = [f.result() for f in futures]
+            done = {rid: f.result() for rid, f in pages.items()}
+    notes = [note for _, note in compared if note] + [note for _, note in done.values() if note]
+    written = [pair for pair, (_, note) in zip(pairs, compared, strict=True) if note is None]
+    shape: dict[str, list[dict[str, Any]]] = {rid: rows or [] for rid, (rows, note) in done.items() if note is None}
+    return shape, written, notes
+
+
+def _manifest(site: Path) -> dict[str, int]:
+    """Every file under `site` (the marker aside) by its path there, with its size in bytes."""
+    return {p.relative_to(site).as_posix(): p.stat().st_size for p in sorted(site.rglob("*"))
+            if p.is_file() and not p.is_symlink() and p.name != MARKER}
+
+
+def _stray(out: Path) -> Optional[str]:
+    """Why `out` may not be replaced, or None: it is missing, empty, or holds exactly the files its
+    last build wrote (the list in its marker), each at the size it was written. Anything else (a file
+    the build did not write, one changed since, a link, a directory of someone's) is named."""
+    if not out.exists():
+        return None
+    if not out.is_dir():
+        return f"{out} exists and is not a directory: give a new or empty directory"
+    if not any(out.iterdir()):
+        return None
+    marker = out / MARKER
+    if not marker.is_file():
+        return f"{out} exists and is not a site report build wrote: give a new or empty directory"
+    try:
+        files = json.loads(marker.read_text(encoding="utf-8")).get("files")
+        if not isinstance(files, dict):
+            raise ValueError("no files")
+    except (OSError, ValueError, AttributeError, UnicodeDecodeError):
+        return (f"{out} has a {MARKER} marker without the list of files its build wrote (an older OperatorX, or "
+                "edited): remove the directory yourself, or give a new one")
+    dirs = {parent.as_posix() for f in files for parent in PurePosixPath(f).parents}
+    for p in sorted(out.rglob("*")):
+        rel = p.relative_to(out).as_posix()
+        if p == marker:
+            continue
+        if p.is_symlink() or not (p.is_file() or p.is_dir()):
+            why = "is a link or a special file"
+        elif p.is_dir():
+            if rel in dirs:
+                continue
+            why = "is a directory the last build did not write"
+        elif rel not in files:
+            why = "was not written by the last report build"
+        elif p.stat().st_size != files[rel]:
+            why = "has changed since report build wrote it"
+        else:
+            continue
+        return f"{out}: {shown_name(rel)} {why}: move it away, or give a new or empty directory"
+    return None
 
 
 def build_site(queries: Queries, out: Path, runs: Optional[list[str]] = None,
@@ -137,18 +226,24 @@ def build_site(queries: Queries, out: Path, runs: Optional[list[str]] = None,
         raise WebError(f"compare {compare!r}: give latest, previous, none, or A:B run pairs")
     links = render.static_links(frozenset(pairs))
     out = out.expanduser().resolve()
-    if out.exists() and not (out.is_dir() and (not any(out.iterdir()) or (out / MARKER).is_file())):
-        raise WebError(f"{out} exists and is not a site report build wrote: give a new or empty directory")
+    refused = _stray(out)
+    if refused:
+        raise WebError(refused)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     tmp.chmod(0o755)
     try:
-        _write(tmp / MARKER, "written by operatorx report build; the whole directory is replaced on rebuild\n")
         shutil.copytree(STATIC_DIR, tmp / "static")
         (tmp / "data").mkdir()
-        shape = _all_pages(queries, chosen, pairs, links, tmp, workers)
-        _write(tmp / "index.html", render.render_runs(chosen, links))
-        _write(tmp / "shape.html", render.render_shape([(r, shape[r.id]) for r in chosen], links))
+        shape, written, notes = _all_pages(queries, chosen, pairs, links, tmp, workers)
+        shown = [r for r in chosen if r.id in shape]
+        links = render.static_links(frozenset(written))
+        _write(tmp / "index.html", render.render_runs(shown, links))
+        _write(tmp / "shape.html", render.render_shape([(r, shape[r.id]) for r in shown], links))
+        # the marker goes last: it lists every file of this build, what the next build may replace
+        _write(tmp / MARKER, json.dumps({"written_by": "operatorx report build", "note": "the next build replaces "
+                                         "this directory only while it holds just these files",
+                                         "files": _manifest(tmp)}, indent=0) + "\n")
         if out.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
             os.replace(out, old / "site")
@@ -159,4 +254,5 @@ def build_site(queries: Queries, out: Path, runs: Optional[list[str]] = None,
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return SiteSummary(directory=out, runs=len(chosen), pages=2 + 3 * len(chosen) + len(pairs), compares=len(pairs))
+    return SiteSummary(directory=out, runs=len(shown), pages=2 + 3 * len(shown) + len(written),
+                       compares=len(written), skipped=tuple(notes))

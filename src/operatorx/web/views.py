@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
 from operatorx.shown import shown_values
-from operatorx.web.safe import clean, clean_text
+from operatorx.web.safe import clean, clean_text, shown_name
 
 __all__ = ["RunSummary", "RowView", "ReasonGroup", "CompareCase", "run_summary", "row_view", "case_key",
            "reason_groups", "STATUSES"]
@@ -39,9 +39,14 @@ class RunSummary:
     shard: Optional[str]
     rows: int
     counts: Optional[dict[str, int]]     # None where the store does not count by status
+    key: str
+    """The run id as stored, for reading the store only; `id` is its `shown_name`, which is what pages,
+    links, file names and page data carry (an ingested id may hold ESC, bidi or 50,000 characters)."""
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        del out["key"]
+        return out
 
     @property
     def series(self) -> str:
@@ -50,10 +55,11 @@ class RunSummary:
 
 
 def run_summary(r: dict[str, Any]) -> RunSummary:
-    """A run of `Store.list_runs()`, cleaned; keys a store does not give read as empty."""
+    """A run of `Store.list_runs()`, cleaned; keys a store does not give read as empty. The id is
+    shown by `shown_name` (never stripped: two ids must not show as one) and kept as stored in `key`."""
     counts = r.get("counts")
     return RunSummary(
-        id=clean_text(str(r["id"])), started_at=clean_text(str(r.get("started_at") or "")),
+        id=shown_name(str(r["id"])), key=str(r["id"]), started_at=clean_text(str(r.get("started_at") or "")),
         finished_at=clean_text(str(r["finished_at"])) if r.get("finished_at") else None,
         state=clean_text(str(r.get("state") or "")), testlist=clean_text(str(r.get("testlist") or "")),
         backend=clean_text(str(r.get("backend") or "")), device=clean_text(str(r.get("device") or "")),

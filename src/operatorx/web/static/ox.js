@@ -12,6 +12,9 @@ const OX = (() => {
   }
 
   function link(kind, p) {
+    if (kind === "compare" && L.static) {           // one file per ordered pair, named by the build
+      return (L.compares || {})[String(p.a) + "\n" + String(p.b)] || "#";
+    }
     let s = L.patterns[kind] || "";
     for (const [k, v] of Object.entries(p || {})) {
       const val = (k === "run" || k === "a" || k === "b") ? ref(String(v))
