@@ -64,9 +64,6 @@ def _wait_dead(pids: list[int], timeout_s: float = 60) -> list[int]:
 
 # --- a backend's session ----------------------------------------------------------------------
 
-@pytest.mark.xfail(reason="a setsid grandchild of a replaced or closing worker is still found alive in this "
-                          "version (seen on the 2-core CI machine); the session kill itself is tested below",
-                   strict=False)
 def test_grandchildren_die_when_their_worker_is_replaced_and_when_the_run_ends(tmp_path, write_testlist):
     """m=12 double-forks a grandchild (setsid) and its worker exits: the grandchild was re-parented
     to init, and only its token finds it; m=14, on the fresh worker, fails unless those grandchildren

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -59,6 +60,35 @@ class CaseOutcome:
     seconds: float = 0.0
 
 
+_SPAWNER: Optional[ThreadPoolExecutor] = None
+_SPAWNER_LOCK = threading.Lock()
+
+
+def _forget_spawner() -> None:
+    global _SPAWNER
+    _SPAWNER = None                   # a forked child has no thread behind the parent's executor
+
+
+os.register_at_fork(after_in_child=_forget_spawner)
+
+
+def _popen_from_a_lasting_thread(args: list[str], **kwargs: Any) -> subprocess.Popen[str]:
+    """`subprocess.Popen(args, **kwargs)`, forked from one thread that lives as long as this process.
+
+    A worker asks the kernel for SIGKILL when its parent dies (PR_SET_PDEATHSIG), and the kernel
+    means the thread that forked it: a worker a slot thread started was killed the moment that
+    thread ended, at the end of every run, before it could stop what its backend had started."""
+    global _SPAWNER
+    with _SPAWNER_LOCK:
+        if _SPAWNER is None:
+            _SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ox-spawn")
+        spawner = _SPAWNER
+    def start() -> subprocess.Popen[str]:
+        return subprocess.Popen(args, **kwargs)
+
+    return spawner.submit(start).result()
+
+
 def _describe_exit(code: Optional[int]) -> str:
     if code is None:
         return "still running"
@@ -98,10 +128,10 @@ class WorkerProcess:
         self._t_spawn = time.monotonic()
         log_read, log_write = os.pipe()
         try:
-            self.proc = subprocess.Popen([sys.executable, "-m", "operatorx.run.worker"], stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, stderr=log_write,
-                                         env={**self.env, SESSION_ENV: self.session_token}, text=True,
-                                         start_new_session=True, bufsize=1)
+            self.proc = _popen_from_a_lasting_thread(
+                [sys.executable, "-m", "operatorx.run.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=log_write, env={**self.env, SESSION_ENV: self.session_token}, text=True,
+                start_new_session=True, bufsize=1)
         except BaseException:
             os.close(log_read)
             raise

@@ -200,8 +200,8 @@ class Testlist:
 
 def read_testlist(path: str | os.PathLike[str], on_warning: Optional[Callable[[str], None]] = None) -> Testlist:
     """Read and validate a testlist file for a run: duplicates merged into their first copy."""
-    cases = load_testlist(path, on_warning)
-    with gc_paused():
+    with gc_paused():                             # one pause for reading, validating and merging
+        cases = load_testlist(path, on_warning)
         merged, indexes = merge_indexed(cases)
     return Testlist(cases=merged, indexes=indexes, entries=len(cases))
 

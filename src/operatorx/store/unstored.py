@@ -64,6 +64,8 @@ class UnstoredRows:
         self.error: Optional[str] = None
         """Why the last location refused the journal (a strerror)."""
         self._fd: Optional[int] = None
+        self._earlier = False
+        """The rows file held lines of an earlier try of this run when this one first wrote to it."""
         self._tried: list[str] = []          # locations that refused it, in order: results dir, temp dir
 
     def add(self, key: Any, doc: dict[str, Any]) -> Optional[str]:
@@ -84,8 +86,11 @@ class UnstoredRows:
             self.results_dir.mkdir(parents=True, exist_ok=True)
             path = self.results_dir / f"{self.run_id}{_SUFFIX}"
             # appended to, never truncated: a journal an earlier try of this run left is kept
-            return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644), path
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            self._earlier = os.fstat(fd).st_size > 0
+            return fd, path
         fd, name = tempfile.mkstemp(prefix=f"operatorx-{self.run_id}-", suffix=_SUFFIX)
+        self._earlier = False
         return fd, Path(name)
 
     def _relocate(self) -> Optional[str]:
@@ -129,11 +134,12 @@ class UnstoredRows:
         self._drop_fd()
 
     def discard(self) -> None:
-        """The result document holds every row: the journal is not needed."""
+        """The result document holds every row of this try: its journal is not needed (one that
+        also holds an earlier try's lines is left where it is: those rows may be in no document)."""
         self._drop_fd()
-        if self.path is not None:
+        if self.path is not None and not self._earlier:
             self.path.unlink(missing_ok=True)
-            self.path = None
+        self.path = None
 
     def _drop_fd(self) -> None:
         if self._fd is not None:
