@@ -175,13 +175,15 @@ class _FixedTimer:
 
     def measure(self, fn, pause_s=0.0, give_up=None):
         from operatorx.measure import Measurement
+        from operatorx.measure.record import TimerRecord
         from operatorx.measure.stats import summarize
 
         fn()
         samples = [1000.0] * 12
         return Measurement(method=self.method, clock="device", samples_us=samples, summary=summarize(samples),
                            warmup_calls=1, warmup_s=0.0, stop_reason="noise_target",
-                           details={"busy_us_median": 800.0, "busy_samples_us": [800.0] * 12, "l2_state": "warm"})
+                           details=TimerRecord(busy_us_median=800.0, busy_samples_us=[800.0] * 12, l2_state="warm",
+                                               spin=False))
 
 
 def _runner(backend: str = "torch"):

@@ -1,8 +1,8 @@
 """Compiled bytecode kept between runs, for environments that ship none and forbid writing it.
 
-Why: some images (the H200 machines we measure on among them) set `PYTHONDONTWRITEBYTECODE=1` and
-ship torch without `.pyc` files. Every interpreter then compiles about a thousand modules before it
-can time anything: 2.2 s of a sweep worker's start (docs/benchmarks.md §17), paid again by every
+Why: some images set `PYTHONDONTWRITEBYTECODE=1` and ship torch without `.pyc` files. Every
+interpreter then compiles about a thousand modules before it can time anything: seconds of a sweep
+worker's start, paid again by every
 worker that replaces a crashed one, and a fixed cost that keeps a short sweep on N GPUs from running
 N times faster. Python can keep that bytecode in a separate tree (`PYTHONPYCACHEPREFIX`) and leave
 the installed packages untouched, which is what such images usually want from the variable.

@@ -10,6 +10,9 @@ In Python a row's measurement is grouped into typed parts (`measured`, `rates`, 
 under the keys readers have used since the first version (`metrics.latency_us`, `metrics.tflops`,
 ...): every field name below *is* its document key, except `Row.extra`, written `backend_meta`.
 Keys a document carries that this version does not know are kept as they came (`Row.other`).
+
+A new row's status agrees with its content (`status_problem`); a stored document loads as it was
+written (`Row.from_json`), even where an earlier version wrote a row that breaks a rule.
 """
 
 from __future__ import annotations
@@ -20,8 +23,10 @@ from typing import Any, Literal, Optional, overload
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validator
 
 from operatorx.result_parts import (
+    DOCUMENT,
     CaseSeconds,
     CheckResult,
+    ClosedPart,
     Conditions,
     HostTime,
     Kernel,
@@ -31,6 +36,7 @@ from operatorx.result_parts import (
     OpenPart,
     Part,
     Peak,
+    Placement,
     Rates,
     Summary,
     Telemetry,
@@ -41,7 +47,9 @@ from operatorx.result_parts import (
     compute_rates,
     doc,
     json_safe,
+    loading_document,
 )
+from operatorx.result_ranks import Ranks
 from operatorx.spec import Case
 from operatorx.spec.base import MAX_INT64
 from operatorx.spec.shard import RankLocal
@@ -49,8 +57,8 @@ from operatorx.storable import MESSAGE_MAX_CHARS, TEXT_MAX_CHARS, capped, storab
 
 __all__ = ["Row", "Status", "ErrorKind", "Headline", "SCHEMA_VERSION", "Measured", "Summary", "Warmup",
            "TimingInfo", "Rates", "Peak", "Conditions", "Telemetry", "WhatRan", "KernelProfile", "Kernel",
-           "CheckResult", "HostTime", "CaseSeconds", "WorkerDevice", "MemoryCheck", "compute_rates", "json_safe",
-           "BUSY_SPAN_THRESHOLD", "Part", "OpenPart", "Plan"]
+           "CheckResult", "HostTime", "CaseSeconds", "WorkerDevice", "MemoryCheck", "Placement", "compute_rates",
+           "json_safe", "BUSY_SPAN_THRESHOLD", "Part", "OpenPart", "ClosedPart", "Plan", "status_problem"]
 
 SCHEMA_VERSION = "1"
 Status = Literal["ok", "unsupported", "error", "missing"]
@@ -67,7 +75,7 @@ _GROUPS: tuple[tuple[str, type[Part]], ...] = (("measured", Measured), ("rates",
 _SINGLE: dict[str, str] = {"scheme": "scheme", "check": "check", "host": "host", "case_seconds": "case_seconds",
                            "worker": "worker", "extra": "backend_meta", "traceback": "traceback", "memory": "memory",
                            "worker_stderr_tail": "worker_stderr_tail", "failures": "failures", "ab": "ab",
-                           "rank_local": "rank_local"}
+                           "rank_local": "rank_local", "placement": "placement", "ranks": "ranks"}
 """Row field → its document key, for the row's own one-key parts."""
 _GROUP_KEYS = {key: name for name, model in _GROUPS for key in model.model_fields}
 _METRIC_FIELDS = frozenset([name for name, _ in _GROUPS] + list(_SINGLE))
@@ -155,12 +163,19 @@ class Row(BaseModel):
                                             "the worker wrote to stderr")
     failures: Optional[list[str]] = doc("each earlier failure of the case's worker (the sweep retries a case "
                                         "whose worker died; `crashed: ...`, `timeout: ...`)")
-    ab: Optional[dict[str, Any]] = doc("rows of an `operatorx ab` run: the case's A/B result (both sides, "
-                                       "differences with intervals, verdicts)")
+    ab: Optional[dict[str, Any]] = doc("rows of an `operatorx ab` run: the case's A/B result (both sides; per "
+                                       "clock the paired median difference B−A, Hodges–Lehmann, with its "
+                                       "interval and verdict, and `verdict_why` where a condition neither side "
+                                       "controlled held it back)")
     rank_local: Optional[RankLocal] = doc("with `--rank-local`: the row timed one rank's shard of a split case, not "
                                           "the case: `world`, `rank`, `split` (`tp8`), `rule` (how the shard was "
                                           "cut, e.g. `row-parallel by role mlp.down_proj: k 33792 -> 4224`), "
                                           "`shard` (the args that ran); rates are the shard's")
+    placement: Optional[Placement] = doc("with `--placements N` > 1: each placement's median, their spread, "
+                                         "and how many were measured; `latency_us` is their median")
+    ranks: Optional[Ranks] = doc("a multi-rank case (tp·dp = W > 1 run over W workers as one group): `world`, "
+                                 "`split`, `latency_us_min`, `skew_us`, `capped_ranks`, `per_rank` (below); "
+                                 "`latency_us` is the median of the slowest rank's per-iteration time")
     other: dict[str, Any] = Field(default_factory=dict)
     """Metrics keys this version does not know, kept as they came."""
 
@@ -179,6 +194,19 @@ class Row(BaseModel):
                 raise ValueError("metrics: an object")
             data.update(_parse_metrics(json_safe(metrics)))
         return _storable_fields(data)
+
+    @model_validator(mode="after")
+    def _status_matches_content(self, info: ValidationInfo) -> Row:
+        """A new row's status agrees with its content (`status_problem`); a stored document's row is
+        taken as it was written, because documents from before these rules (an `error` row from
+        before `error_kind` existed) must still load and round-trip."""
+        if loading_document(info):
+            return self
+        problem = status_problem(self.status, measured=self.measured is not None, ab=self.ab is not None,
+                                 error_kind=self.error_kind, message=self.message)
+        if problem is not None:
+            raise ValueError(f"row of case {self.case.label()!r} ({self.backend}): {problem}")
+        return self
 
     # --- identity -------------------------------------------------------------------------------
     def key(self) -> tuple[str, str, str]:
@@ -294,7 +322,36 @@ class Row(BaseModel):
                                 "message": d.get("message"), "side": d.get("side") or "",
                                 "error_kind": d.get("error_kind")}
         data.update(_parse_metrics(d.get("metrics") or {}))
-        return cls.model_validate(data)
+        return cls.model_validate(data, context=DOCUMENT)
+
+
+def status_problem(status: str, *, measured: bool, ab: bool, error_kind: Optional[str],
+                   message: Optional[str]) -> Optional[str]:
+    """What is wrong with a row's status against its content, or None. The rules:
+    - `ok` has a measurement (`measured`, or `ab` for an A/B row) and no error kind;
+    - `error` has an error kind and a message; a measurement may stay (taken before a leak or a
+      failed release), so an error never hides what was measured;
+    - `unsupported` has its reason (the message), no measurement and no error kind;
+    - `missing` (planned, not finished) has no measurement and no error kind.
+    Why: every reader takes the status at its word (counts, tables, compare), so an `ok` row with
+    no number, or an error with no kind, would be shown as something it is not."""
+    if status == "ok":
+        if not (measured or ab):
+            return "status ok needs a measurement (measured, or ab for an A/B row)"
+        if error_kind is not None:
+            return f"status ok with error_kind {error_kind!r}: only an error row has a kind"
+        return None
+    if status == "error":
+        if error_kind is None:
+            return "status error needs an error_kind"
+        return None if message else "status error needs a message"
+    if measured:
+        return f"status {status} with a measurement: only ok (or error) rows carry one"
+    if error_kind is not None:
+        return f"status {status} with error_kind {error_kind!r}: only an error row has a kind"
+    if status == "unsupported" and not message:
+        return "status unsupported needs its reason (message)"
+    return None
 
 
 class Plan(Sequence[dict[str, Any]]):

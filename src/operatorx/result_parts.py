@@ -9,11 +9,23 @@ from __future__ import annotations
 import math
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SerializerFunctionWrapHandler,
+    ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
-__all__ = ["Part", "OpenPart", "Measured", "Summary", "Warmup", "TimingInfo", "Rates", "Peak", "Conditions",
-           "Telemetry", "WhatRan", "KernelProfile", "Kernel", "CheckResult", "HostTime", "CaseSeconds",
-           "WorkerDevice", "MemoryCheck", "compute_rates", "json_safe", "doc"]
+__all__ = ["Part", "OpenPart", "ClosedPart", "DOCUMENT", "loading_document", "Measured", "Summary", "Warmup",
+           "TimingInfo", "Rates", "Peak", "Conditions", "Telemetry", "WhatRan", "KernelProfile", "Kernel",
+           "CheckResult", "HostTime", "CaseSeconds",
+           "WorkerDevice", "MemoryCheck", "Placement", "compute_rates", "json_safe", "doc"]
 
 
 def doc(description: str, unit: str = "", default: Any = None) -> Any:
@@ -51,6 +63,47 @@ class OpenPart(Part):
     are typed; others are kept as they came."""
 
     model_config = ConfigDict(frozen=True, extra="allow", allow_inf_nan=False)
+
+
+DOCUMENT: dict[str, Any] = {"document": True}
+"""Validation context of a stored document (`Row.from_json`): what an earlier version wrote loads as
+it was written (ClosedPart's older keys; Row's status rules)."""
+
+
+def loading_document(info: ValidationInfo) -> bool:
+    """Whether this validation reads a stored document rather than building a new row."""
+    return isinstance(info.context, dict) and bool(info.context.get("document"))
+
+
+class ClosedPart(Part):
+    """A part that takes only the keys declared here from the code that fills it (`extra="forbid"`: a
+    key added without its meaning fails where it is made), but that loads a stored document's keys
+    this version no longer declares: they are kept as they came and written back, so old documents
+    load and round-trip exactly."""
+
+    _older: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _keep_older_keys(cls, data: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo) -> Any:
+        if not (isinstance(data, dict) and loading_document(info)):
+            return handler(data)
+        older = {k: v for k, v in data.items() if k not in cls.model_fields}
+        if not older:
+            return handler(data)
+        part = handler({k: v for k, v in data.items() if k not in older})
+        part._older = older
+        return part
+
+    @model_serializer(mode="wrap")
+    def _with_older_keys(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        return {**out, **self._older} if self._older else out
+
+    @property
+    def older_keys(self) -> dict[str, Any]:
+        """Keys a stored document carried that this version does not declare (empty for a new part)."""
+        return dict(self._older)
 
 
 # --- the number and how it was taken --------------------------------------------------------------
@@ -91,11 +144,49 @@ class TimingPhases(Part):
     loop_s: Optional[float] = doc("the whole sampling loop, wall time", "s")
 
 
-class TimingInfo(OpenPart):
-    """The timing settings used (measure/settings.py) plus what the timer saw."""
+class TimingInfo(ClosedPart):
+    """The timing settings used (measure/settings.py) plus what the timer saw (measure/record.py)."""
 
-    mode: Optional[str] = doc("`kernels`, `events` or `graph` (settings)")
+    mode: Optional[str] = doc("`kernels`, `events` or `graph` (settings); `host_clock` on the CPU device")
     noise_target: Optional[float] = doc("the stopping rule's target for `noise` (settings)", "fraction")
+    warmup_calls: Optional[int] = doc("settings: calls before timing, at least", "calls")
+    warmup_floor_s: Optional[float] = doc("settings: warm up for at least this long", "s")
+    first_warmup_floor_s: Optional[float] = doc("settings: the warmup floor of a process's first op (an idle GPU "
+                                                "reaching its clocks)", "s")
+    min_samples: Optional[int] = doc("settings: the median is taken over at least this many calls", "calls")
+    max_samples: Optional[int] = doc("settings: stop after this many timed calls", "calls")
+    max_time_s: Optional[float] = doc("settings: sampling wall-time cap once `min_samples` are in (stop reason "
+                                      "`time_cap`)", "s")
+    timeout_s: Optional[float] = doc("settings: hard sampling limit even below `min_samples` (stop reason "
+                                     "`timeout`)", "s")
+    batch_size: Optional[int] = doc("settings: timed calls enqueued behind one GPU wait", "calls")
+    spin: Optional[bool] = doc("settings: a GPU wait queued ahead of each batch so the host stays ahead "
+                               "(false on the CPU device)")
+    throttle_retries: Optional[int] = doc("settings: attempts taken again when the GPU was capped", "count")
+    throttle_pause_s: Optional[float] = doc("settings: retry k pauses 2^(k-1) times this (or the call, when longer) "
+                                            "between calls", "s")
+    unpaused_retry_below_s: Optional[float] = doc("settings: retries of a call shorter than this do not pause "
+                                                  "between calls", "s")
+    rested_call_s: Optional[float] = doc("settings: a call at least this long is timed rested from its first "
+                                         "attempt (0: off)", "s")
+    throttle_cooldown_s: Optional[float] = doc("settings: retry k first rests the GPU 2^(k-1) times this", "s")
+    capped_clock_fraction: Optional[float] = doc("settings: an attempt is capped when a power/thermal reason is "
+                                                 "active and the SM clock is under this fraction of its maximum",
+                                                 "fraction")
+    telemetry_period_s: Optional[float] = doc("settings: NVML sampling period during the timed window", "s")
+    l2_state: Optional[str] = doc("the L2 state the timer produced before each call (`Measured.l2_state`); "
+                                  "`n/a (cpu)` on the CPU device")
+    flush_launch: Optional[str] = doc("how the L2 flush was launched: `cuda_graph` (one replay) or `eager`")
+    graph: Optional[bool] = doc("the op was captured in a CUDA graph and its replays timed (`graph` mode)")
+    pause_s: Optional[float] = doc("the pause after each timed call the kept attempt made (a retry's, or a long "
+                                   "call's rest from its first attempt)", "s")
+    window_start_s: Optional[float] = doc("the worker's `time.perf_counter()` when the timed window began "
+                                          "(the telemetry summary starts there)", "s")
+    spins: Optional[int] = doc("`events` mode: GPU spins queued ahead of calls", "count")
+    spin_short_batches: Optional[int] = doc("batches whose GPU wait ran out before the host had enqueued them "
+                                            "(the next wait was sized up)", "batches")
+    starved_gap_us: Optional[float] = doc("a call one of whose kernels started more than this after everything "
+                                          "launched earlier had ended waited on the host: starved", "µs")
     batches: Optional[int] = doc("timed batches (each behind one GPU spin; its activity records read after it)",
                                  "count")
     activity_source: Optional[str] = doc("where the kernel records came from: `cupti-python` (one CUPTI session "
@@ -149,9 +240,9 @@ class TimingInfo(OpenPart):
     gap_before_call_us_median: Optional[float] = doc("median idle GPU time before each call", "µs")
     launch_gap_us: Optional[float] = doc(
         "the worker's launch-gap level: idle GPU time between two dependent kernels of one stream, read once "
-        "at the worker's start (measure/launch_gap.py; `kernels` mode). On the H200 a process keeps one level "
-        "for its life and processes can differ by 0.1-0.2 µs (benchmarks §21; processes with no profiler "
-        "too, §22): a multi-kernel call's span carries it at each kernel boundary, its busy time does not. "
+        "at the worker's start (measure/launch_gap.py; `kernels` mode). A process keeps one level for its "
+        "life and processes can differ, with or without a profiler: a multi-kernel call's span carries it at "
+        "each kernel boundary, its busy time does not. "
         "`results compare` flags a case whose two rows differ in it",
         "µs")
     contention_signal: Optional[str] = doc(
@@ -349,14 +440,32 @@ class CheckResult(Part):
     reference: Optional[str] = doc("what the reference computed, in words")
 
 
-class HostTime(OpenPart):
+class HostTime(ClosedPart):
     """With `--host`: what the Python call costs on the CPU (measure/host_time.py)."""
 
     host_us_per_call: Optional[float] = doc("median over batches of batch wall time / calls", "µs")
     iqr_us: Optional[float] = doc("spread of the batch values", "µs")
     batch_us_per_call: Optional[list[float]] = doc("each batch's value", "µs")
+    summary_us: Optional[Summary] = doc("statistics of `batch_us_per_call`", "µs")
+    method: Optional[str] = doc("`host_time/alternating_batches`")
+    settings: Optional[dict[str, Any]] = doc("the host-time settings used (`batches`, `batch_calls`, "
+                                             "`warmup_batches`, `order`, `preempt_retries`, `max_wall_s`)")
+    batch_calls: Optional[int] = doc("calls per batch used (fewer than the settings' when a slow call would "
+                                     "not fit `max_wall_s`; `warnings` says so)", "calls")
     device_us_per_call: Optional[float] = doc("the device latency it is compared with", "µs")
-    host_bound: Optional[bool] = doc("host time per call exceeds device time: the GPU waits for Python")
+    host_bound: Optional[bool] = doc("the GPU waits for Python: the batches' middle half all above the device time "
+                                     "(false: all below it, or the GPU still behind the host after the batches; "
+                                     "null: neither, `host_bound_why` says)")
+    host_bound_why: Optional[str] = doc("why `host_bound` is null: no separate device time (CPU device), or the "
+                                        "device time inside the batches' middle half (neither side is the bound)")
+    spread_pct: Optional[float] = doc("batch IQR / host_us_per_call × 100", "%")
+    stable: Optional[bool] = doc("`spread_pct` at most 5%: the host time repeats well enough to compare")
+    unstable_why: Optional[str] = doc("why the batches disagree, when not `stable`: CPU contention, the GPU pacing "
+                                      "the host, or host and GPU about as long")
+    gpu_paced: Optional[bool] = doc("the GPU was still behind the host at the end of each batch: the host time "
+                                    "may include launch-queue back-pressure")
+    drain_us_median: Optional[float] = doc("median wall time of the synchronize closing each batch (not counted)",
+                                           "µs")
     warnings: Optional[list[str]] = doc("what may inflate the host time (function modes, launch queue, a "
                                         "busy CPU)")
     contention_signal: Optional[str] = doc(
@@ -408,3 +517,24 @@ class MemoryCheck(OpenPart):
     host_growth_bytes: Optional[int] = doc("resident set growth over the case", "bytes")
     device_growth_bytes: Optional[int] = doc("torch allocator growth over the case (a leak above the limit makes "
                                              "the row `error`, kind `leak`)", "bytes")
+
+
+class Placement(Part):
+    """Where the operands lay: the case measured at several device addresses (`--placements N`).
+
+    The same kernel on the same data can run several % longer at one address than at another; the
+    median over placements is a number that does not depend on where one allocator put them."""
+
+    count: int = doc("placements measured: the backend prepared the case this many times, each behind a "
+                     "padding allocation of its own size", "count")
+    requested: int = doc("placements asked for (`--placements`)", "count")
+    per_placement_us: list[float] = doc("each placement's median over its samples (its rounds pooled); the row's "
+                                        "`latency_us` is the median of these", "µs")
+    per_placement_busy_us: Optional[list[float]] = doc("each placement's median busy time, where the timer "
+                                                       "gives it; `busy_us` is their median", "µs")
+    spread_pct: float = doc("(slowest − fastest placement) / latency_us × 100: a difference between two rows "
+                            "under this is not shown to be caused by the code", "%")
+    pad_bytes: list[int] = doc("the padding allocated before each placement was prepared", "bytes")
+    rounds: int = doc("rounds over the placements, in mirrored order (0..N−1, then N−1..0, ...), so a drift "
+                      "in clocks does not line up with one placement", "count")
+    fewer_why: Optional[str] = doc("why fewer placements than asked were measured (device memory)")

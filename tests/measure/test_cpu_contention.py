@@ -121,17 +121,19 @@ def test_counts_say_mostly_and_all_contended() -> None:
     count = ContentionProbe("thread").count()
     for contended in (True, True, False):
         count.add(contended, wall_ns=1_000, lost_ns=500 if contended else 0)
-    d = count.details("samples", dropped=2, kept=0, in_number=1)
-    assert d["contended_samples_dropped"] == 2 and d["contended_samples_kept"] == 0
-    assert d["cpu_contended"] is True and d["cpu_wait_fraction"] == pytest.approx(1_000 / 3_000)
-    assert d["cpu_contended_why"].startswith("2 of 3 samples taken lost the CPU")
-    all_of = count.details("samples", dropped=0, kept=3, in_number=3)
-    assert all_of["cpu_contended"] is True and all_of["cpu_contended_why"].startswith("all 3 samples the number")
-    assert "the number is kept but includes waiting for a CPU" in all_of["cpu_contended_why"]
+    d = count.verdict("samples", dropped=2, kept=0, in_number=1)
+    assert d.dropped == 2 and d.kept == 0
+    assert d.contended is True and d.wait_fraction == pytest.approx(1_000 / 3_000)
+    assert d.why is not None and d.why.startswith("2 of 3 samples taken lost the CPU")
+    assert d.why_field() == {"cpu_contended_why": d.why}
+    all_of = count.verdict("samples", dropped=0, kept=3, in_number=3)
+    assert all_of.contended is True and all_of.why and all_of.why.startswith("all 3 samples the number")
+    assert "the number is kept but includes waiting for a CPU" in all_of.why
     count.add(False, wall_ns=1_000, lost_ns=0)            # 2 of 4: not more than half
-    assert count.details("samples", dropped=2, kept=0, in_number=2)["cpu_contended"] is False
-    some = count.details("batches", dropped=0, kept=1, in_number=4)  # paired rounds: one contended batch kept
-    assert some["cpu_contended"] is True and some["cpu_contended_why"].startswith("1 of the 4 batches")
+    clean = count.verdict("samples", dropped=2, kept=0, in_number=2)
+    assert clean.contended is False and clean.why is None and clean.why_field() == {}
+    some = count.verdict("batches", dropped=0, kept=1, in_number=4)  # paired rounds: one contended batch kept
+    assert some.contended is True and some.why and some.why.startswith("1 of the 4 batches")
 
 
 @linux_only
@@ -176,9 +178,9 @@ def test_cpu_clock_control_on_a_pinned_cpu_flags_nothing(judged: list[tuple[int,
     with one_cpu(0):                             # no hog; short calls: a shared machine rarely lands in one
         m = HostClockTiming(clock_settings()).measure(cpu_work(200))
     d = m.details
-    assert d["contention_signal"] == ("schedstat_run_delay" if schedstat_available() else "process_cpu_time")
-    assert d["cpu_contended"] is False and d["contended_samples_kept"] == 0 and "cpu_contended_why" not in d
-    assert len(judged) == len(m.samples_us) + d["contended_samples_dropped"]
+    assert d.contention_signal == ("schedstat_run_delay" if schedstat_available() else "process_cpu_time")
+    assert d.cpu_contended is False and d.contended_samples_kept == 0 and "cpu_contended_why" not in d.stored()
+    assert len(judged) == len(m.samples_us) + d.contended_samples_dropped
     no_false_flags(judged, 200)                  # what a busy CI machine did to a sample, if anything, was real
     # the call's 200 µs of CPU plus at most 5% run-queue wait in a clean sample and the clock reads;
     # 30% is room for what the kernel does not book as a wait (interrupts, a hypervisor's steal) on
@@ -192,14 +194,14 @@ def test_cpu_clock_drops_samples_that_lost_the_cpu(prefer_schedstat: bool, judge
     with one_cpu(HOGS):
         m = HostClockTiming(clock_settings(), prefer_schedstat=prefer_schedstat).measure(cpu_work(1_000))
     d = m.details
-    assert d["contended_samples_dropped"] >= 1 and d["contended_samples_kept"] == 0
-    assert d["contended_samples_dropped"] == sum(c for _, c in judged)
+    assert d.contended_samples_dropped >= 1 and d.contended_samples_kept == 0
+    assert d.contended_samples_dropped == sum(c for _, c in judged)
     no_false_flags(judged, 1_000)
     dropped_us = [wall / 1e3 for wall, c in judged if c]
     # the dropped samples measured the hogs (a 1 ms call at a quarter of a CPU takes up to ~4 ms); the
     # kept ones are the call alone
     assert min(dropped_us) > 1_040 and 1_000 <= m.summary["median"] < 1_100 < max(dropped_us)
-    assert d["cpu_wait_fraction"] > 0
+    assert d.cpu_wait_fraction > 0
 
 
 @linux_only
@@ -209,10 +211,10 @@ def test_cpu_clock_all_contended_keeps_the_number_and_flags_it(prefer_schedstat:
         m = HostClockTiming(clock_settings(max_time_s=0.5), prefer_schedstat=prefer_schedstat).measure(
             cpu_work(20_000))
     d = m.details
-    assert d["contended_samples_kept"] == len(m.samples_us) >= 1 and d["contended_samples_dropped"] == 0
-    assert d["cpu_contended"] is True and d["cpu_contended_why"].startswith(f"all {len(m.samples_us)} samples")
+    assert d.contended_samples_kept == len(m.samples_us) >= 1 and d.contended_samples_dropped == 0
+    assert d.cpu_contended is True and d.cpu_contended_why.startswith(f"all {len(m.samples_us)} samples")
     assert m.summary["median"] > 1.3 * 20_000   # what was kept is inflated, and said so
-    assert d["cpu_wait_fraction"] > 0.3
+    assert d.cpu_wait_fraction > 0.3
 
 
 def plant_judgements(monkeypatch: pytest.MonkeyPatch, clean_first: int) -> list[bool]:
@@ -239,11 +241,11 @@ def test_cpu_clock_with_fewer_clean_samples_than_min_samples_keeps_all_and_flags
     n = len(flags)
     # the number is from every sample, not from the clean few, and the row says so
     assert len(m.samples_us) == n >= settings.min_samples > clean_first
-    assert d["contended_samples_kept"] == n - clean_first and d["contended_samples_dropped"] == 0
-    assert d["cpu_contended"] is True
-    assert d["cpu_contended_why"].startswith(f"{n - clean_first} of the {n} samples the number is taken from")
+    assert d.contended_samples_kept == n - clean_first and d.contended_samples_dropped == 0
+    assert d.cpu_contended is True
+    assert d.cpu_contended_why.startswith(f"{n - clean_first} of the {n} samples the number is taken from")
     few = f"only {clean_first} clean sample{' was' if clean_first == 1 else 's were'} left, fewer than min_samples (5)"
-    assert few in d["cpu_contended_why"], d["cpu_contended_why"]
+    assert few in d.cpu_contended_why, d.cpu_contended_why
     # the stop reason is the one all the samples reached: time_cap and max_samples promise >= min_samples
     assert m.stop_reason in ("time_cap", "max_samples")
 
@@ -252,8 +254,8 @@ def test_cpu_clock_with_enough_clean_samples_drops_the_contended_ones(monkeypatc
     flags = plant_judgements(monkeypatch, 5)        # exactly min_samples clean: the number is theirs alone
     m = HostClockTiming(clock_settings(max_time_s=0.1, timeout_s=0.3)).measure(cpu_work(200))
     d = m.details
-    assert len(m.samples_us) == 5 and d["contended_samples_kept"] == 0
-    assert d["contended_samples_dropped"] == len(flags) - 5 and m.stop_reason in ("time_cap", "max_samples")
+    assert len(m.samples_us) == 5 and d.contended_samples_kept == 0
+    assert d.contended_samples_dropped == len(flags) - 5 and m.stop_reason in ("time_cap", "max_samples")
 
 
 # --- host time of a Python call (HostTiming, `run --host`) -------------------------------------
@@ -263,11 +265,11 @@ def test_host_time_control_flags_nothing(judged: list[tuple[int, bool]]) -> None
     with one_cpu(0):
         m = HostTiming(HostTimeSettings(batches=11, batch_calls=20)).measure(cpu_work(20))
     d = m.details
-    assert d["cpu_contended"] is False and d["contended_batches_kept"] == 0 and "cpu_contended_why" not in d
+    assert d.cpu_contended is False and d.contended_batches_kept == 0 and "cpu_contended_why" not in d.stored()
     timed = judged[2:]                           # after the 3-call probe and the warmup batch
-    assert len(timed) == 11 + d["preempt_retries"] and d["contended_batches_dropped"] == sum(c for _, c in timed)
+    assert len(timed) == 11 + d.preempt_retries and d.contended_batches_dropped == sum(c for _, c in timed)
     no_false_flags(timed, 20 * 20)               # a flagged batch (a busy CI machine) really lost time
-    assert len(m.samples_us) == 11 - d["rounds_dropped"] >= 8
+    assert len(m.samples_us) == 11 - d.rounds_dropped >= 8
     # 20 µs of CPU per call plus the loop's own cost per call and the 5% a clean batch may wait, with
     # room for a shared 2-core machine; a batch that queued behind another process runs 2-4x the call
     assert 20 <= m.summary["median"] < 1.5 * 20
@@ -278,9 +280,9 @@ def test_host_time_all_batches_contended_are_flagged() -> None:
     with one_cpu(HOGS):                          # 20 ms batches: every one, and every retake, loses the CPU
         m = HostTiming(HostTimeSettings(batches=3, batch_calls=20, preempt_retries=1)).measure(cpu_work(1_000))
     d = m.details
-    assert d["contended_batches_kept"] == 3 and len(m.samples_us) == 3
-    assert d["contended_batches_dropped"] == 3 and d["preempt_retries"] == 3   # each taken again once
-    assert d["cpu_contended"] is True and any(w.startswith("all 3 batches the number") for w in d["warnings"])
+    assert d.contended_batches_kept == 3 and len(m.samples_us) == 3
+    assert d.contended_batches_dropped == 3 and d.preempt_retries == 3   # each taken again once
+    assert d.cpu_contended is True and any(w.startswith("all 3 batches the number") for w in d.warnings)
     assert m.summary["median"] > 1.3 * 1_000
 
 
@@ -298,7 +300,7 @@ def test_a_hogged_cpu_reaches_the_row_typed_and_flagged() -> None:
         m = HostClockTiming(clock_settings(max_time_s=0.3)).measure(cpu_work(20_000))
         host = host_metrics(Prepared(fn=cpu_work(1_000), check=lambda: None),  # type: ignore[arg-type, return-value]
                             "cpu", HostTimeSettings(batches=3, batch_calls=20, preempt_retries=0), None)
-    timing = TimingInfo.model_validate(json_safe({"mode": "kernels", **m.details}))
+    timing = TimingInfo.model_validate(json_safe({"mode": "host_clock", **m.details.stored()}))
     assert timing.cpu_contended is True and timing.contended_samples_kept == len(m.samples_us)
     assert timing.cpu_wait_fraction is not None and timing.cpu_wait_fraction > 0.3
     assert "cpu_contended" in timing.dump() and timing.cpu_contended_why

@@ -100,9 +100,9 @@ def test_the_timer_releases_every_batch_of_a_multi_kernel_call():
     settings = TimingSettings(warmup_calls=2, warmup_floor_s=0, first_warmup_floor_s=0, max_time_s=0.5)
     m = device_timer(settings, torch.cuda.get_device_properties(0).L2_cache_size, None).measure(op)
     t = m.details
-    assert t["spin_release_unavailable"] is None
-    assert t["spin_released_batches"] == t["batches"] >= 1
-    assert t["starved_calls_dropped"] <= 2 and m.summary["n"] >= 10
+    assert t.spin_release_unavailable is None
+    assert t.spin_released_batches == t.batches >= 1
+    assert t.starved_calls_dropped <= 2 and m.summary["n"] >= 10
 
 
 def test_without_a_gpu_it_is_unavailable_says_why_and_is_not_asked_again(monkeypatch):

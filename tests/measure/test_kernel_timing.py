@@ -29,8 +29,8 @@ def test_a_planted_spin_is_timed_by_its_own_kernel_and_matches_events():
     assert 20 < kernels.latency_us < 200
     # the event pair is timed with the kernel: events read a little more (seen: +2.8 µs on the H200)
     assert 0 <= events.latency_us - kernels.latency_us < 6
-    assert kernels.details["unattributed_activities"] == 0
-    assert kernels.details["flush_launch"] == "cuda_graph" and kernels.details["l2_state"] == "cold_clean"
+    assert kernels.details.unattributed_activities == 0
+    assert kernels.details.flush_launch == "cuda_graph" and kernels.details.l2_state == "cold_clean"
 
 
 def test_every_kernel_of_a_call_counts_and_the_flush_does_not():
@@ -83,7 +83,7 @@ def test_an_op_that_waits_on_the_gpu_inside_a_call_is_timed_with_its_gaps_and_sa
         return x * (2.0 + n)
 
     m = _timer(max_time_s=0.3).measure(syncing_op)
-    assert m.details["host_gaps_included"] is True and m.summary["n"] >= 10
+    assert m.details.host_gaps_included is True and m.summary["n"] >= 10
 
 
 def test_with_cupti_python_the_records_come_from_one_session_that_stays_open():
@@ -103,8 +103,8 @@ def test_with_cupti_python_the_records_come_from_one_session_that_stays_open():
     second = _timer().measure(lambda: a @ b)
     assert activity.activity_session() is session and isinstance(session, activity.CuptiSession)
     for m in (first, second):
-        assert m.details["activity_source"] == "cupti-python" and m.details["activity_records_dropped"] == 0
-        assert m.details["unattributed_activities"] == 0
+        assert m.details.activity_source == "cupti-python" and m.details.activity_records_dropped == 0
+        assert m.details.unattributed_activities == 0
     table = kernel_breakdown(second.last_batch)
     assert table is not None and all(k["grid"][0] >= 1 and k["registers_per_thread"] > 0 for k in table["kernels"])
     assert abs(second.latency_us / first.latency_us - 1) < 0.1

@@ -65,8 +65,8 @@ def test_steady_calls_stop_on_the_noise_target_after_one_batch(scripted):
     t0 = time.perf_counter()
     m = _timer().measure(lambda: None)
     assert m.stop_reason == "noise_target" and m.latency_us == 10.0 and seen == [32]
-    assert m.details["window_start_s"] >= t0 and m.details["starved_calls_dropped"] == 0
-    assert m.details["activity_forced_flushes"] == 0
+    assert m.details.window_start_s >= t0 and m.details.starved_calls_dropped == 0
+    assert m.details.activity_forced_flushes == 0
 
 
 def test_batches_that_needed_the_forced_flush_are_counted(scripted, monkeypatch):
@@ -80,22 +80,22 @@ def test_batches_that_needed_the_forced_flush_are_counted(scripted, monkeypatch)
 
     monkeypatch.setattr(kt, "trace_batch", forced)
     m = _timer().measure(lambda: None)
-    assert m.details["batches"] == 1 and m.details["activity_forced_flushes"] == 1
+    assert m.details.batches == 1 and m.details.activity_forced_flushes == 1
 
 
 def test_starved_calls_are_dropped_counted_and_grow_the_spin(scripted):
     starved = STARVED_GAP_NS + 1
     scripted(lambda b, n: [_call(10_000, starved if i % 4 == 0 else 500) for i in range(n)])
     m = _timer().measure(lambda: None)
-    assert m.latency_us == 10.0 and m.details["starved_calls_dropped"] == 8
-    assert m.details["spin_short_batches"] == 1 and not m.details["host_gaps_included"]
+    assert m.latency_us == 10.0 and m.details.starved_calls_dropped == 8
+    assert m.details.spin_short_batches == 1 and not m.details.host_gaps_included
 
 
 def test_an_op_that_starves_every_call_is_kept_with_its_gaps_after_three_batches(scripted):
     seen = scripted(lambda b, n: [_call(50_000, STARVED_GAP_NS * 3) for _ in range(n)])
     m = _timer().measure(lambda: None)
-    assert m.details["host_gaps_included"] is True and m.latency_us == 50.0
-    assert m.details["starved_calls_dropped"] == 64 and m.details["starved_calls_kept"] == 32
+    assert m.details.host_gaps_included is True and m.latency_us == 50.0
+    assert m.details.starved_calls_dropped == 64 and m.details.starved_calls_kept == 32
     assert len(seen) == 3
 
 
@@ -142,7 +142,7 @@ def test_a_capped_attempt_stops_after_the_batch_that_showed_it(scripted):
         return len(asked) >= 2
 
     m = _timer(noise_target=1e-6).measure(lambda: None, give_up=give_up)
-    assert m.stop_reason == "capped" and len(seen) == 2 and asked == [m.details["window_start_s"]] * 2
+    assert m.stop_reason == "capped" and len(seen) == 2 and asked == [m.details.window_start_s] * 2
 
 
 def test_a_rested_attempt_rests_after_each_warmup_call_too(scripted, monkeypatch):
@@ -185,8 +185,8 @@ def test_a_long_call_is_timed_rested_from_the_first_attempt_its_warmup_included(
     m = _timer(warmup_calls=3, rested_call_s=0.002).measure(op)
     assert len(slept) == 3                         # after each warmup call
     assert all(0.003 <= s < 0.03 for s in slept), slept
-    assert 0.003 <= m.details["pause_s"] < 0.03
-    assert _timer(warmup_calls=3, rested_call_s=0.05).measure(op).details["pause_s"] == 0.0    # shorter: batched
+    assert 0.003 <= m.details.pause_s < 0.03
+    assert _timer(warmup_calls=3, rested_call_s=0.05).measure(op).details.pause_s == 0.0    # shorter: batched
 
 
 def test_a_rested_attempts_head_start_per_call_is_sized_from_its_warmup(scripted, monkeypatch):
@@ -282,7 +282,7 @@ def test_a_batch_never_holds_more_launches_than_the_queue_takes(scripted):
     expected = int(kt._QUEUE_FILL * kt.LAUNCH_QUEUE_DEPTH / 12)
     assert kt.queue_calls(12.0) == expected == 68
     assert seen[0] == 32 and seen[1:] and max(seen[1:]) == expected
-    assert m.details["queue_max_calls"] == expected and m.details["queue_overflow_batches"] == 0
+    assert m.details.queue_max_calls == expected and m.details.queue_overflow_batches == 0
 
 
 def test_an_overflowing_batch_neither_doubles_the_spin_nor_feeds_its_blocked_enqueue_time(scripted):
@@ -292,8 +292,8 @@ def test_an_overflowing_batch_neither_doubles_the_spin_nor_feeds_its_blocked_enq
     seen = scripted(lambda b, n: [_kernels(40, starved if (b == 1 and i >= 20) else 500) for i in range(n)])
     m = _timer(min_samples=30, max_samples=60).measure(lambda: None)     # 20 kept: one batch more
     assert seen[0] == 32 and seen[1] == kt.queue_calls(42.0) == 19
-    assert m.details["queue_overflow_batches"] == 1 and m.details["spin_short_batches"] == 0
-    assert m.details["starved_calls_dropped"] == 12
+    assert m.details.queue_overflow_batches == 1 and m.details.spin_short_batches == 0
+    assert m.details.starved_calls_dropped == 12
     first, second = scripted.spins[0] / seen[0], scripted.spins[1] / seen[1]
     assert second == pytest.approx(first, rel=0.02)         # per call: not doubled, not the blocked host's time
 
@@ -322,8 +322,8 @@ def test_an_untrimmed_spin_waits_for_the_host_and_counts_only_what_it_waited(scr
     for n, cycles in zip(seen[1:], scripted.spins[1:], strict=True):
         assert cycles / 2e9 == pytest.approx(kt._SPIN_MARGIN * 50e-6 * n, rel=1e-3)
     t = m.details
-    assert t["spin_released_batches"] == len(seen)
-    assert t["phases"]["spin_gpu_s"] == pytest.approx(sum(seen) * 50e-6, rel=1e-6)
+    assert t.spin_released_batches == len(seen)
+    assert t.phases.spin_gpu_s == pytest.approx(sum(seen) * 50e-6, rel=1e-6)
 
 
 def test_a_single_kernel_call_is_released_only_until_its_spin_can_be_trimmed(scripted, monkeypatch):
@@ -341,7 +341,7 @@ def test_a_single_kernel_call_is_released_only_until_its_spin_can_be_trimmed(scr
     assert scripted.released == [True] + [False] * (len(seen) - 1)
     for n, spin in zip(seen[1:], scripted.spins[1:], strict=True):
         assert spin / 2e9 == pytest.approx(kt._QUEUE_LEFT_CALLS * 50e-6 + n * (host_s - gpu_s), rel=1e-3)
-    assert m.details["spin_released_batches"] == 1
+    assert m.details.spin_released_batches == 1
 
 
 def test_a_rested_attempt_is_never_released(scripted, monkeypatch):

@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 import operatorx.measure.retry as retry
 from operatorx.measure import Measurement, NotMeasurable, TimingSettings, summarize
+from operatorx.measure.record import TimerRecord
+
+RECORD = TimerRecord(l2_state="warm", spin=False)
+"""What the fake timers saw: nothing but their settings (no pause, no telemetry window)."""
+
+
+def _paused(m, pause_s):
+    """`m` as a timer that made `pause_s` after each call reports it."""
+    return replace(m, details=m.details.model_copy(update={"pause_s": pause_s}))
 
 SETTINGS = TimingSettings(throttle_retries=3, throttle_pause_s=0.002, throttle_cooldown_s=0.0,
                           unpaused_retry_below_s=0.0, rested_call_s=0.0)
@@ -28,9 +39,9 @@ class _Timer:
             raise NotMeasurable("every call was starved (planted)")
         if self.honours_give_up and give_up is not None and give_up(0.0):
             samples = [latency] * 3             # cut short after its first batch
-            return Measurement("fake", "device", samples, summarize(samples), 0, 0.0, "capped")
+            return Measurement("fake", "device", samples, summarize(samples), 0, 0.0, "capped", RECORD)
         samples = [latency] * 10
-        return Measurement("fake", "device", samples, summarize(samples), 0, 0.0, "noise_target")
+        return Measurement("fake", "device", samples, summarize(samples), 0, 0.0, "noise_target", RECORD)
 
 
 def _sampler(timer, capped_at_end, cut):
@@ -119,7 +130,7 @@ def test_attempts_too_short_to_know_their_noise_do_not_count_as_converged(monkey
     def five(fn, pause_s=0.0, give_up=None):
         timer.pauses.append(pause_s)
         samples = [timer.latencies[len(timer.pauses) - 1]] * 5
-        return Measurement("fake", "device", samples, summarize(samples), 0, 0.0, "timeout")
+        return Measurement("fake", "device", samples, summarize(samples), 0, 0.0, "timeout", RECORD)
 
     monkeypatch.setattr(timer, "measure", five)
 
@@ -169,9 +180,7 @@ class _RestedTimer(_Timer):
     """A long call: the timer rests it from the first attempt on its own (pause in the details)."""
 
     def measure(self, fn, pause_s=0.0, give_up=None):
-        m = super().measure(fn, pause_s, give_up)
-        m.details["pause_s"] = pause_s or self.latencies[0] * 1e-6
-        return m
+        return _paused(super().measure(fn, pause_s, give_up), pause_s or self.latencies[0] * 1e-6)
 
 
 def test_a_call_rested_from_its_first_attempt_doubles_its_pause_and_two_rested_attempts_can_converge(monkeypatch):
@@ -283,8 +292,7 @@ def test_doubling_a_rested_first_attempts_pause_stops_at_the_settings_ceiling(mo
 
     def measure(fn, pause_s=0.0, give_up=None):
         m = _RestedTimer.measure(timer, fn, pause_s, None)
-        m.details["pause_s"] = pause_s or 0.05            # the timer rests a 1 s call 50 ms
-        return m
+        return _paused(m, pause_s or 0.05)                # the timer rests a 1 s call 50 ms
 
     monkeypatch.setattr(timer, "measure", measure)
     retry.measure_with_retries(timer, lambda: None, None, TimingSettings(throttle_retries=3,

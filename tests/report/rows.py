@@ -12,8 +12,15 @@ GEMM = Case.model_validate({"type": "gemm", "args": {"m": 1, "n": 2, "k": 3, "a"
 
 
 def make_row(status: str = "ok", message: Optional[str] = None, case: Case = GEMM, index: int = 0,
-             side: str = "", **metrics: Any) -> Row:
+             side: str = "", error_kind: Optional[str] = None, **metrics: Any) -> Row:
+    """A valid row of `status` (Row's status rules): an ok row has a measurement, an error row a kind
+    (`exception` unless given) and a message, an unsupported row its reason."""
     if status == "ok":
         metrics = {"latency_us": 10.0, "samples_us": [10.0], "clock": "device", **metrics}
+    if status == "error":
+        error_kind = error_kind or "exception"
+        message = message or "RuntimeError: planted"
+    if status == "unsupported":
+        message = message or "planted: no kernel for this case"
     return Row(case=case, backend="torch", status=status, testlist="t", case_index=index, message=message,
-               side=side, metrics={"scheme": "bf16", **metrics})
+               side=side, error_kind=error_kind, metrics={"scheme": "bf16", **metrics})

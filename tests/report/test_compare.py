@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from operatorx import shift
 from operatorx.report import compare as cmp
 from operatorx.report.compare import benjamini_hochberg, compare_documents, compare_samples, hodges_lehmann
 from operatorx.spec import Case
@@ -141,12 +142,12 @@ def test_flags_name_what_differs():
                                "software": {"torch": "2.9", "vllm": "0.26"}, "timing": {"mode": "kernels"}})
     b = _doc("B", {1: s}, run={"device": {"name": "NVIDIA B200"}, "driver": "575.2",
                                "software": {"torch": "2.10", "vllm": "0.26"}, "timing": {"mode": "graph"}},
-             capped=True, l2_verified=False, method="cuda_events")
+             capped=True, l2_verified=False, l2_state="cold_clean", method="cuda_events")
     c = compare_documents(a, b)
     assert "GPUs differ: NVIDIA H200 vs NVIDIA B200" in c.flags and "drivers differ: 570.1 vs 575.2" in c.flags
     assert "software differs: torch 2.9 vs 2.10" in c.flags and "timing modes differ: kernels vs graph" in c.flags
     flags = c.cases[0].flags
-    assert "clock capped in B" in flags and "L2 state not verified in B" in flags
+    assert "B: clock capped: ?" in flags and "B: L2 state cold_clean not verified" in flags   # the table's notes
     assert "timing methods differ: None vs cuda_events" not in flags        # A has no method: nothing to compare
     assert c.to_json()["counts"]["same"] == 1
 
@@ -177,9 +178,9 @@ def test_hodges_lehmann_direct_and_bisection_agree(monkeypatch):
     rng = np.random.default_rng(10)
     x, y = rng.normal(0, 1, 300), rng.normal(0.2, 1, 400)
     direct = hodges_lehmann(x, y)
-    monkeypatch.setattr(cmp, "_DIRECT_PAIRS", 0)
+    monkeypatch.setattr(shift, "_DIRECT_PAIRS", 0)
     bisected = hodges_lehmann(x, y)
-    assert bisected == pytest.approx(direct, abs=1e-9)
+    assert bisected == direct                 # bisection ends on the differences themselves: exactly equal
     d = np.sort((y[:, None] - x[None, :]).ravel())
     assert direct[0] == pytest.approx((d[d.size // 2 - 1] + d[d.size // 2]) / 2)
 
@@ -188,8 +189,8 @@ def test_mann_whitney_p_matches_scipys_asymptotic_test():
     from scipy.stats import mannwhitneyu
 
     rng = np.random.default_rng(12)
-    for n, m, shift in ((30, 40, 0.3), (200, 150, 0.05), (12, 12, 0.0)):
-        x, y = np.round(rng.normal(0, 1, n), 1), np.round(rng.normal(shift, 1, m), 1)   # rounded: ties
+    for n, m, moved in ((30, 40, 0.3), (200, 150, 0.05), (12, 12, 0.0)):
+        x, y = np.round(rng.normal(0, 1, n), 1), np.round(rng.normal(moved, 1, m), 1)   # rounded: ties
         expected = mannwhitneyu(y, x, alternative="two-sided", method="asymptotic").pvalue
         assert cmp.mann_whitney_p(x, y) == pytest.approx(expected, rel=1e-9)
 

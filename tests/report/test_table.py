@@ -51,7 +51,7 @@ def test_a_time_capped_row_without_a_known_noise_says_so():
 
 def test_missing_and_error_kinds_are_named():
     assert row_note(make_row("missing")) == "not run: planned, not finished"
-    crashed = make_row("error", "worker exited").model_copy(update={"error_kind": "crashed"})
+    crashed = make_row("error", "worker exited", error_kind="crashed")
     assert row_note(crashed) == "worker exited; error kind: crashed"
 
 

@@ -76,7 +76,8 @@ for i, status in enumerate(statuses):
     metrics = {"latency_us": 10.0 + i, "perturbed": "timed while running under ncu (--counters)"} \\
         if status == "ok" else {}
     store.add_row(run_id, Row(case=case, backend="torch", status=status, testlist="t", case_index=i,
-                              message=None if status == "ok" else "why", metrics=metrics))
+                              message=None if status == "ok" else "why", metrics=metrics,
+                              error_kind="exception" if status == "error" else None))
 store.finish_run(run_id, "2026-01-01T00:01:00+00:00", "finished" if rc == 0 else "interrupted")
 write_json_atomic(store.document(run_id), results / (run_id + ".json"))
 sys.exit(rc)

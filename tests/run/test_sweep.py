@@ -225,11 +225,11 @@ def test_a_profile_that_fails_after_timing_keeps_the_timing(tmp_path, write_test
     path = write_testlist([gemm(m=2, n=64, k=64)])
     real_measure = case_module.CaseRunner._measure
 
-    def as_if_cuda(self, case, prepared, index):          # prepared and timed on the CPU, profiled "on CUDA"
+    def as_if_cuda(self, case, prepared, index, placements=None):   # timed on the CPU, profiled "on CUDA"
         cpu = self.device
         self.device = DeviceInfo(**{**cpu.__dict__, "kind": "cuda"})
         try:
-            return real_measure(self, case, prepared, index)
+            return real_measure(self, case, prepared, index, placements)
         finally:
             self.device = cpu
 

@@ -84,4 +84,5 @@ def done(i: int, latency_us: float = 2.0, status: str = "ok", side: str = "", ba
     metrics = {"latency_us": latency_us, "samples_us": [latency_us] * 3, "scheme": "bf16", "tflops": 1.5,
                "gbps": 300.0} if status == "ok" else {}
     return Row(case=case(i), backend=backend, status=status, testlist="t", case_index=i,  # type: ignore[arg-type]
-               message=None if status == "ok" else "why", side=side, metrics=metrics)
+               message=None if status == "ok" else "why", side=side, metrics=metrics,
+               error_kind="exception" if status == "error" else None)

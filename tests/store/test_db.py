@@ -11,7 +11,8 @@ from tests.conftest import gemm
 def _row(i: int, status: str = "ok") -> Row:
     case = Case.model_validate({**gemm(m=i + 1), "sources": ["a/b/q_proj"]})
     return Row(case=case, backend="torch", status=status, testlist="t", case_index=i,  # type: ignore[arg-type]
-               message=None if status == "ok" else "why", metrics={"latency_us": 1.5 * (i + 1), "scheme": "bf16"})
+               message=None if status == "ok" else "why", error_kind="exception" if status == "error" else None,
+               metrics={"scheme": "bf16", **({"latency_us": 1.5 * (i + 1)} if status == "ok" else {})})
 
 
 def test_rows_are_committed_one_by_one_and_read_back(tmp_path):

@@ -103,14 +103,15 @@ def test_resume_runs_the_odd_case_again_and_stores_it(tmp_path, db_url, write_te
 def test_a_row_is_made_storable_however_it_is_built():
     case = Case.model_validate(gemm())
     direct = Row(case=case, backend="b\udcff", status="error", testlist="t\x00", case_index=0,
-                 message="m\ud800", traceback="x" * (TEXT_MAX_CHARS + 10) + "\udcffLAST",
+                 message="m\ud800", error_kind="exception", traceback="x" * (TEXT_MAX_CHARS + 10) + "\udcffLAST",
                  failures=["f\udcff" * 5000], extra={"k\udcff": ["v\x00"]})
     assert direct.backend == "b\ufffd" and direct.testlist == "t\ufffd" and direct.message == "m\ufffd"
     assert direct.extra == {"k\ufffd": ["v\ufffd"]}
     assert len(direct.traceback) <= TEXT_MAX_CHARS and direct.traceback.endswith("\ufffdLAST")
     assert "characters left out" in direct.traceback
     assert len(direct.failures[0]) <= MESSAGE_MAX_CHARS
-    long_message = Row(case=case, backend="b", status="error", testlist="t", case_index=0, message="y" * 10**6)
+    long_message = Row(case=case, backend="b", status="error", testlist="t", case_index=0, message="y" * 10**6,
+                       error_kind="exception")
     assert len(long_message.message) <= MESSAGE_MAX_CHARS and long_message.message.startswith("y" * 100)
     doc = direct.to_json()
     doc["metrics"]["worker_stderr_tail"] = "tail \udcff"
@@ -145,7 +146,7 @@ def test_an_ingested_document_with_odd_text_is_stored(tmp_path, db_url, field):
     from operatorx.cli import app
 
     row = Row(case=Case.model_validate(gemm()), backend="torch", status="error", testlist="t", case_index=0,
-              message="x").to_json()
+              message="x", error_kind="exception").to_json()
     row[field] = "odd \udcff text"
     doc = {"schema_version": "1", "rows": [row],
            "run": {"id": "ingested-odd", "started_at": "2026-12-01T00:00:00", "finished_at": None,
@@ -165,7 +166,8 @@ def test_replace_keeps_a_frozen_row_storable():
     """with_changes / model_copy paths revalidate (run/worker.py builds final rows that way)."""
     from operatorx.run.worker import with_changes
 
-    row = Row(case=Case.model_validate(gemm()), backend="b", status="ok", testlist="t", case_index=0)
+    row = Row(case=Case.model_validate(gemm()), backend="b", status="ok", testlist="t", case_index=0,
+              metrics={"latency_us": 1.0})
     changed = with_changes(row, status="error", message="leak \udcff", error_kind="leak")
     assert changed.message == "leak \ufffd"
     assert replace is not None

@@ -1,10 +1,12 @@
-"""A results database made by a real CPU run, plus a second run derived from it (B, 25% slower: the
-Compare page's other side) and a hostile run (markup, script, ANSI and Rich markup in its strings),
-both written through the Store API. Built once per test session."""
+"""A results database made by a real CPU run, plus a second run derived from it (B, 25% slower, at
+another git commit: the Compare page's other side, and the pair `report build` compares by default) and
+a hostile run (markup, script, ANSI and Rich markup in its strings), both written through the Store API.
+Built once per test session."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import socket
@@ -27,6 +29,7 @@ HOSTILE_MESSAGE = ("<script>window.__pwned=1</script><img src=x onerror=\"window
                    "\x1b[31mred alert\x1b[0m [/red] [bold]x[/bold] </script><!--")
 HOSTILE_TESTLIST = "</script><script>window.__pwned=3</script>"
 HOSTILE_SOURCE = "<img src=x onerror=window.__pwned=4>/role<b>"
+GIT_A, GIT_B = "a" * 40, "b" * 40          # the commits run A and run B say they ran at
 
 
 @dataclass(frozen=True)
@@ -98,14 +101,15 @@ def web_db(tmp_path_factory: pytest.TempPathFactory) -> WebDb:
     cmd = [sys.executable, "-m", "operatorx", "run", "-t", "gemm_perf", "--device", "cpu", "--limit", "6",
            "--max-time", "0.05", "--min-samples", "5", "--warmup-calls", "1", "--executor", "inline",
            "--db", str(db), "--results-dir", str(tmp / "docs")]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "OPERATORX_GIT_SHA": GIT_A})
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     store = Store(str(db))
     doc_a = store.document("latest")
     run_a = doc_a["run"]["id"]
     run_b = run_a + "-b"
     later = (datetime.fromisoformat(doc_a["run"]["started_at"]) + timedelta(hours=1)).isoformat(timespec="seconds")
-    _store_copy(store, doc_a, run_b, later, doc_a["run"]["testlist"],
+    _store_copy(store, {**doc_a, "run": {**doc_a["run"], "git_sha": GIT_B}}, run_b, later, doc_a["run"]["testlist"],
                 [_slower(r, 1.25) for r in doc_a["rows"]])
     hostile = "hostile-<b>run</b>"
     _store_copy(store, doc_a, hostile, "2000-01-01T00:00:00+00:00", HOSTILE_TESTLIST,

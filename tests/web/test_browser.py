@@ -1,7 +1,8 @@
 """The dashboard in a real browser (Debian's Chromium driven by Playwright, headless): served on
 127.0.0.1 and opened from disk (file://). Plots drew their points, filters change rows and the URL,
 hostile rows stay text. Screenshots go to the test's tmp dir, and to OPERATORX_SCREENSHOTS when set
-(`OPERATORX_SCREENSHOTS=docs/img` refreshes the README's)."""
+(pages of the test's runs; the README's docs/img/run.png is made from a real CPU run by
+bench/dashboard_screenshot.py)."""
 
 from __future__ import annotations
 

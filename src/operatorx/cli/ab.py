@@ -74,6 +74,10 @@ def ab_command(
     timing_mode: str = typer.Option("kernels", "--timing", help="CUDA device timer: kernels, events or graph."),
     l2: str = typer.Option("cold_clean", "--l2", help="L2 state before each call: cold_clean, cold_dirty or warm."),
     same_within: float = typer.Option(0.01, "--same-within", help="Verdict 'same' below this fraction of A."),
+    placements: int = typer.Option(3, "--placements", min=1, max=8,
+                                   help="CUDA: copies of each side at other device addresses; the device rounds "
+                                        "cycle over them, and a difference within their spread is not called "
+                                        "faster or slower (1: placement not controlled)."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Also write every result (all samples) here."),
     db: str = typer.Option("operatorx.db", "--db", envvar="OPERATORX_DB",
                            help="SQLite path or SQLAlchemy URL (default: $OPERATORX_DB, else operatorx.db); the "
@@ -82,10 +86,11 @@ def ab_command(
                                      help="Where the run's result document is written."),
     executor: str = typer.Option("local", "--executor", help="local, ray or inline (as for run)."),
 ) -> None:
-    """Compare A and B on every case: host and device time, B − A with a 95% interval, outputs."""
+    """Compare A and B on every case: host and device time, the paired median difference B − A with a 95%
+    interval, outputs."""
     from operatorx.measure.host_time import HostTimeSettings
     from operatorx.measure.settings import TimingSettings
-    from operatorx.report.ab import ab_table
+    from operatorx.report.ab import DIFFERENCE_SAYS, ab_table
     from operatorx.run.ab import ABSettings
     from operatorx.run.ab_run import run_ab
     from operatorx.run.ab_spec import parse_side
@@ -93,7 +98,7 @@ def ab_command(
     try:
         parse_side(a), parse_side(b)           # a bad side fails here, before anything runs
         settings = ABSettings(host=HostTimeSettings(batches=batches, batch_calls=batch_calls),
-                              device_rounds=device_rounds, same_within_rel=same_within,
+                              device_rounds=device_rounds, same_within_rel=same_within, placements=placements,
                               timing=TimingSettings(mode=timing_mode, l2_state=l2))  # type: ignore[arg-type]
         check_output_dir(results_dir, "--results-dir")
         if json_path is not None:
@@ -110,7 +115,7 @@ def ab_command(
         _err.print(f"error: {plain(err)}", highlight=False, markup=False)
         raise typer.Exit(2) from err
     results = [{"case_index": r.case_index, **r.ab} for r in outcome.rows if r.ab is not None]
-    _out.print(ab_table(results, title=escape(plain(f"A = {a}   B = {b}   ({testlist}; B − A in µs)"))))
+    _out.print(ab_table(results, title=escape(plain(f"A = {a}   B = {b}   ({testlist}; {DIFFERENCE_SAYS})"))))
     db = hide_password(db)                          # a password is never printed
     _out.print(f"stored in {plain(db)} as run {outcome.run_id}; document {plain(outcome.document_path)}"
                + (f"; results in {plain(json_path)}" if json_path is not None else ""), markup=False)

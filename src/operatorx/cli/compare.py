@@ -71,6 +71,7 @@ def compare(
                                   help="Compare span samples (default) or per-call busy time."),
     markdown: bool = typer.Option(False, "--markdown", help="Print Markdown instead of a table."),
     as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
+    as_csv: bool = typer.Option(False, "--csv", help="Print the comparison as CSV (one line per case, every flag)."),
     fail_on_regression: bool = typer.Option(False, "--fail-on-regression",
                                             help="Exit 1 when any case is slower (for CI)."),
 ) -> None:
@@ -79,10 +80,10 @@ def compare(
         raise _fail(f"--min-effect {min_effect:g}: give a fraction in [0, 1), e.g. 0.02 for 2%")
     if not 0 < alpha < 1:
         raise _fail(f"--alpha {alpha:g}: give a fraction in (0, 1), e.g. 0.05")
-    if markdown and as_json:
-        raise _fail("--markdown and --json: choose one")
+    if sum((markdown, as_json, as_csv)) > 1:
+        raise _fail("--markdown, --json and --csv: choose one")
     from operatorx.report.compare import compare_documents
-    from operatorx.report.compare_table import comparison_markdown, comparison_table
+    from operatorx.report.compare_table import comparison_csv, comparison_markdown, comparison_table
 
     doc_a, doc_b = _load("A", a, db), _load("B", b, db)
     try:
@@ -94,6 +95,8 @@ def compare(
         typer.echo(json.dumps(comp.to_json(), indent=1, allow_nan=False))
     elif markdown:
         typer.echo(comparison_markdown(comp), nl=False)
+    elif as_csv:
+        typer.echo(comparison_csv(comp), nl=False)
     else:
         for flag in comp.flags:
             _out.print(f"note: {plain(flag)}", markup=False, highlight=False)

@@ -118,7 +118,7 @@ def show(run: str = typer.Argument("latest", help="Run id, unique prefix, 'lates
          markdown: bool = typer.Option(False, "--markdown", help="Print a Markdown table instead.")) -> None:
     """A run's rows as a table."""
     from operatorx.report import rows_markdown, rows_table
-    from operatorx.report.ab import ab_markdown, ab_table
+    from operatorx.report.ab import DIFFERENCE_SAYS, ab_markdown, ab_table
 
     doc = _document(db, run)
     r = doc["run"]
@@ -128,7 +128,7 @@ def show(run: str = typer.Argument("latest", help="Run id, unique prefix, 'lates
         if markdown:
             typer.echo(ab_markdown(results), nl=False)
         else:
-            _out.print(ab_table(results, title=escape(f"{title}   (B − A in µs)")))
+            _out.print(ab_table(results, title=escape(f"{title}   ({DIFFERENCE_SAYS})")))
         return
     if markdown:
         typer.echo(rows_markdown(doc["rows"]), nl=False)

@@ -169,6 +169,10 @@ def run_command(
                                     help="Time one rank's shard of each split case (parallel tp·dp > 1) on one "
                                          "device, collectives left out; rows say `rank_local`. Without it such "
                                          "cases are unsupported with the GPUs they need."),
+    placements: int = typer.Option(1, "--placements", min=1, max=8,
+                                   help="Time each case at N operand placements (the case prepared N times at "
+                                        "other device addresses, samples interleaved) and report the median "
+                                        "over them. Runs meant for `results compare`: 3 or more."),
     recalibrate: bool = typer.Option(False, "--recalibrate",
                                      help="Measure each GPU's peaks again (bf16 and fp8 GEMM, HBM copy; cached per "
                                           "GPU and software stack) before its first case: docs/peaks.md."),
@@ -216,7 +220,7 @@ def run_command(
                            gpus=parse_gpus(gpus), workers=workers, case_timeout_s=case_timeout, grace_s=grace,
                            shard=parse_shard(shard) if shard else None, run_group=run_group,
                            ray_address=ray_address, recalibrate=recalibrate,
-                           rank_local=rank_local)
+                           rank_local=rank_local, placements=placements)
         if counters:
             _run_counters(db, results_dir)
             return

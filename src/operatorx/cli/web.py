@@ -64,23 +64,25 @@ def build_command(db: str = _DB,
                                                            "(repeat, or comma-separate); all runs when omitted."),
                   output: Path = typer.Option(..., "-o", "--output", help="Directory to write (replaced)."),
                   compare: Optional[list[str]] = typer.Option(
-                      None, "--compare", help="Compare pages: 'latest' (default: the newest run of each testlist "
-                      "against the one before it), 'previous' (every run against the one before it), 'none', or "
-                      "A:B run pairs (repeat).")) -> None:
+                      None, "--compare", help="Compare pages: 'comparable' (default: each run against the newest "
+                      "earlier run of the same testlist, backend and shard on another GPU or with other versions; "
+                      "A/B runs and one group's shards are not paired), 'latest' (of those, the newest of each "
+                      "testlist, backend and shard), 'previous' (each run against the one before it of the same "
+                      "testlist, backend and shard), 'none', or A:B run pairs (repeat).")) -> None:
     """The dashboard as a static site that opens from disk (file://): the artifact for CI."""
     from operatorx.web import WebError
     from operatorx.web.site import build_site
 
     wanted = [r.strip() for arg in runs or [] for r in arg.split(",") if r.strip()]
-    pairs: str | list[tuple[str, str]] = "latest"
+    pairs: str | list[tuple[str, str]] = "comparable"
     if compare:
-        if compare in (["latest"], ["previous"], ["none"]):
+        if compare in (["comparable"], ["latest"], ["previous"], ["none"]):
             pairs = compare[0]
         elif all(c.count(":") == 1 and all(c.split(":")) for c in compare):
             pairs = [(c.split(":")[0], c.split(":")[1]) for c in compare]
         else:
-            raise _fail(f"--compare {' '.join(compare)}: give latest, previous, none, or A:B run pairs "
-                        "(repeat --compare)")
+            raise _fail(f"--compare {' '.join(compare)}: give comparable, latest, previous, none, or A:B run "
+                        "pairs (repeat --compare)")
     queries = _open(db)
     t0 = time.perf_counter()
     try:
@@ -91,5 +93,8 @@ def build_command(db: str = _DB,
         raise _fail(f"cannot write {output}: {err.strerror or err}") from None
     for note in site.skipped:                 # one bad run is left out, never the whole site
         typer.echo(f"note: {plain(note)}", err=True)
-    typer.echo(plain(f"{site.runs} runs, {site.pages} pages ({site.compares} comparisons) in "
+    for p in site.pairings:
+        typer.echo(plain(f"compare {p.b} against {p.a}: {p.why}"))
+    groups = f", {site.groups} run groups" if site.groups else ""
+    typer.echo(plain(f"{site.runs} runs, {site.pages} pages ({site.compares} comparisons{groups}) in "
                      f"{time.perf_counter() - t0:.1f} s: open {site.directory / 'index.html'}"))

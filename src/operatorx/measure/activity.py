@@ -1,7 +1,7 @@
 """Where the device activity records of a timed batch come from: one CUPTI session per process.
 
 A sweep times thousands of cases, most of them in tens of milliseconds. Starting and stopping
-torch.profiler for every batch cost ~10 ms a batch on the H200 (enter, stop, `_disable_profiler`,
+torch.profiler for every batch costs milliseconds a batch (enter, stop, `_disable_profiler`,
 reading the events back), and a second profiled replay per case gave the launch shapes. So the
 worker opens CUPTI's activity API once, through NVIDIA's `cupti-python`, and keeps it open: a
 batch marks its harness ranges with CUPTI timestamps (the clock the records use), flushes the
@@ -53,13 +53,11 @@ API_ENV = "OPERATORX_CUPTI_API"
 
 _BUFFER_BYTES = 1 << 20
 """Size of each activity buffer CUPTI asks for. CUPTI asks for a fresh buffer at the first record after
-a flush, inside the launch that makes it, and that request costs more the larger the buffer: on the
-H200 the first launch after a synchronize and a quick flush (flag 0) took 373-388 µs with 8 MiB
-buffers, 40-47 µs with 1 MiB and 23-30 µs with 256 KiB; after the forced flush 560, 250 and 210 µs
-(`bench/cupti_cost_probe.py --flush-study`, benchmarks §22). Every batch makes one such launch (its
-GPU wait). 1 MiB holds ~4,000 records: a batch that fills a buffer has it handed back, and decoded in
-Python, while the host is still launching, which the smaller size would do to batches of a few
-hundred calls of a ten-kernel op."""
+a flush, inside the launch that makes it, and that request costs more the larger the buffer, and
+more again after the forced flush. Every batch makes one such launch (its GPU wait). 1 MiB holds
+~4,000 records: a batch that fills a buffer has it handed back, and decoded in Python, while the
+host is still launching, which a smaller size would do to batches of a few hundred calls of a
+ten-kernel op."""
 _LAUNCH_WORDS = ("Launch", "Memcpy", "Memset")
 _NOT_CALLS = ("INVALID", "SIZE", "FORCE_INT")      # the callback-id enums' bounds, not API calls
 
@@ -181,8 +179,8 @@ class CuptiSession:
         from cupti import cupti
 
         self.startup_s: dict[str, float] = {"import": round(time.perf_counter() - t0, 4)}
-        """Seconds of this session's start by step (import, callbacks, enable, filter): about 1 s of a
-        worker's start on the H200, not yet split until these were kept."""
+        """Seconds of this session's start by step (import, callbacks, enable, filter): a large part of
+        a worker's start, split so it can be read."""
         self._cupti = cupti
         self._lock = threading.Lock()
         self._device: list[tuple[Activity, int]] = []       # (activity, correlation id)
@@ -295,8 +293,8 @@ class CuptiSession:
           op, so one short call, most likely the last, lost its tail. This also covers what the first
           check cannot see: a graph replay's kernels share one correlation id, and a launch held back
           together with its kernels leaves no unpaired id.
-        On the H200 the quick flush after a synchronize handed back every record (200 launches of 200;
-        0 forced flushes in a 1,000-case sweep, benchmarks §22). Where CUPTI records every API call (no
+        After a synchronize the quick flush normally hands back every record, so the forced flush is the
+        exception (each one costs the next launch). Where CUPTI records every API call (no
         filter), calls that launch nothing have no device record and the first check cannot hold: the
         forced flush then runs every time. So does it for an op whose kernel count varies between calls."""
         forced = not self.api_filter
@@ -328,9 +326,9 @@ class CuptiSession:
         """Turn off the records of every API call that launches nothing (each one a record to decode,
         and host time inside the timed loop). A CUPTI without per-call control records them all.
 
-        CUPTI refuses some ids it lists (ERROR_INVALID_PARAMETER): on the H200 image, cupti-python
-        13.2 lists 60 CUDA 13.1 calls (green contexts, device resources) that the driver's CUPTI does
-        not know. Those are left as they are and the rest filtered; turning the whole filter off for
+        CUPTI refuses some ids it lists (ERROR_INVALID_PARAMETER): a cupti-python newer than the
+        driver's CUPTI lists calls (green contexts, device resources) that CUPTI does not know. Those
+        are left as they are and the rest filtered; turning the whole filter off for
         them, as before, recorded every call of every sweep (`activity_api_calls: all`)."""
         cupti = self._cupti
         pairs = (("runtime_api_trace_cbid", "activity_enable_runtime_api"),
@@ -442,9 +440,9 @@ class _Opening:
 def open_in_background() -> None:
     """Start CUPTI on a thread now, where `activity_session()` would pick cupti-python.
 
-    CUPTI's start (the import and the callback registration) read 1.02 s of a worker's start on the
-    H200 when it came after torch's import and CUDA's context; begun on a thread before them, it was
-    done before it was asked for (`activity.wait` 0.0 s, benchmarks §20). Recording stays off until
+    CUPTI's start (the import and the callback registration) is a large part of a worker's start when
+    it comes after torch's import and CUDA's context; begun on a thread before them, it is done before
+    it is asked for. Recording stays off until
     `activity_session()` (which waits for the thread): the device calibration in between runs
     unrecorded, as before."""
     global _opening

@@ -47,10 +47,10 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal, Optional
+from typing import Literal, Optional, TypedDict
 
-__all__ = ["CONTENDED_WAIT_FRACTION", "CpuStamp", "ContentionProbe", "ContentionCount", "Scope", "Signal",
-           "schedstat_available"]
+__all__ = ["CONTENDED_WAIT_FRACTION", "CpuStamp", "ContentionProbe", "ContentionCount", "Contention", "Scope",
+           "Signal", "schedstat_available"]
 
 Scope = Literal["thread", "process"]
 Signal = Literal["schedstat_run_delay", "thread_cpu_time", "process_cpu_time"]
@@ -131,28 +131,56 @@ class ContentionCount:
         """Run-queue wait (fallback: wall time off the CPU) over the wall time of all judged samples."""
         return self.lost_ns / self.wall_ns if self.wall_ns > 0 else None
 
-    def details(self, unit: str, dropped: int, kept: int, in_number: int,
-                no_clean_set: Optional[str] = None) -> dict[str, Any]:
-        """The row's fields (`unit` is "samples" or "batches"), and why when the number is not clean.
+    def verdict(self, unit: str, dropped: int, kept: int, in_number: int,
+                no_clean_set: Optional[str] = None) -> Contention:
+        """What the measurement's number is worth against the CPU (`unit` is "samples" or "batches").
 
         `dropped`: contended samples left out of the number; `kept`: contended samples in it (there
         was no clean set to report); `in_number`: samples the number is taken from; `no_clean_set`:
         why the clean ones alone could not give the number, in words, where it is not that there
         were none (the host clock: fewer than `min_samples`)."""
-        out: dict[str, Any] = {"contention_signal": self.signal, f"contended_{unit}_dropped": dropped,
-                               f"contended_{unit}_kept": kept, "cpu_wait_fraction": self.wait_fraction,
-                               "cpu_contended": self.mostly_contended or kept > 0}
+        contended = self.mostly_contended or kept > 0
         what = (f"{'run-queue wait' if self.signal == 'schedstat_run_delay' else 'wall time off the CPU'} > "
                 f"{CONTENDED_WAIT_FRACTION:.0%} of their wall time, {self.signal}")
+        why = None
         if kept > 0:
             which = f"all {kept}" if kept == in_number else f"{kept} of the {in_number}"
             left = no_clean_set or "no clean set was left"
-            out["cpu_contended_why"] = (f"{which} {unit} the number is taken from lost the CPU ({what}) and {left}: "
-                                        "the number is kept but includes waiting for a CPU on a busy machine")
-        elif out["cpu_contended"]:
-            out["cpu_contended_why"] = (f"{self.contended} of {self.samples} {unit} taken lost the CPU ({what}) and "
-                                        "were dropped: the machine was busy; the number is from the clean ones")
-        return out
+            why = (f"{which} {unit} the number is taken from lost the CPU ({what}) and {left}: "
+                   "the number is kept but includes waiting for a CPU on a busy machine")
+        elif contended:
+            why = (f"{self.contended} of {self.samples} {unit} taken lost the CPU ({what}) and "
+                   "were dropped: the machine was busy; the number is from the clean ones")
+        return Contention(signal=self.signal, dropped=dropped, kept=kept, wait_fraction=self.wait_fraction,
+                          contended=contended, why=why)
+
+
+@dataclass(frozen=True)
+class Contention:
+    """A measurement's verdict against the CPU; the timers' records carry it under their unit's names
+    (`contended_samples_dropped`, `contended_batches_dropped`, ...)."""
+
+    signal: Signal
+    dropped: int
+    """Contended samples left out of the number."""
+    kept: int
+    """Contended samples in the number (no clean set was left)."""
+    wait_fraction: Optional[float]
+    """Run-queue wait (fallback: wall time off the CPU) over the wall time of all judged samples."""
+    contended: bool
+    """More than half the samples lost the CPU, or the number includes contended ones."""
+    why: Optional[str]
+    """What `contended` means for the number, in words; None when not contended."""
+
+    def why_field(self) -> ContendedWhy:
+        """`{"cpu_contended_why": ...}` when contended, else nothing: a clean row stores no such key."""
+        return {"cpu_contended_why": self.why} if self.why is not None else {}
+
+
+class ContendedWhy(TypedDict, total=False):
+    """The why of a contended measurement, as the timers' records take it (absent when clean)."""
+
+    cpu_contended_why: str
 
 
 class ContentionProbe:

@@ -17,6 +17,7 @@ import torch
 from operatorx.measure.l2 import L2Flusher
 from operatorx.measure.loop import GiveUp, capped_stop, stop_reason, warmup
 from operatorx.measure.measurement import Measurement
+from operatorx.measure.record import EventsRecord
 from operatorx.measure.settings import TimingSettings
 from operatorx.measure.stats import summarize
 
@@ -48,13 +49,14 @@ class EventTiming:
             torch.cuda.synchronize()
         return worst
 
-    def measure(self, fn: Callable[[], Any], pause_s: float = 0.0, give_up: Optional[GiveUp] = None) -> Measurement:
+    def measure(self, fn: Callable[[], Any], pause_s: float = 0.0,
+                give_up: Optional[GiveUp] = None) -> Measurement[EventsRecord]:
         from operatorx.measure.activity import activity_paused
 
         with activity_paused():     # CUPTI's API tracing (the L2 probe opened it) would slow every launch
             return self._measure(fn, pause_s, give_up)
 
-    def _measure(self, fn: Callable[[], Any], pause_s: float, give_up: Optional[GiveUp]) -> Measurement:
+    def _measure(self, fn: Callable[[], Any], pause_s: float, give_up: Optional[GiveUp]) -> Measurement[EventsRecord]:
         s = self.settings
         calls, warm_s, call_s = warmup(fn, torch.cuda.synchronize, s, rest_s=pause_s, rest_long_calls=True)
         pause_s = pause_s or s.rested_pause_s(call_s)       # a long call is timed rested from the first attempt
@@ -90,9 +92,10 @@ class EventTiming:
             samples_us.extend(start.elapsed_time(end) * 1e3 for start, end in pairs)
             reason = (stop_reason(samples_us, time.perf_counter() - wall0, s)
                       or capped_stop(give_up, wall0, len(samples_us)))
-        details = {**self.flusher.to_json(), "spin": s.spin, "spins": spins, "spin_short_batches": spin_short,
-                   "enqueue_us_per_call": enqueue_s * 1e6, "batch_size": s.batch_size, "pause_s": pause_s,
-                   "window_start_s": wall0}
+        record = EventsRecord(l2_state=self.flusher.state, flush_bytes=self.flusher.flush_bytes,
+                              flush_launch=self.flusher.launch, spin=s.spin, spins=spins,
+                              spin_short_batches=spin_short, enqueue_us_per_call=enqueue_s * 1e6,
+                              batch_size=s.batch_size, pause_s=pause_s, window_start_s=wall0)
         return Measurement(method=self.method, clock="device", samples_us=samples_us,
                            summary=summarize(samples_us), warmup_calls=calls, warmup_s=warm_s,
-                           stop_reason=reason, details=details)
+                           stop_reason=reason, details=record)

@@ -28,6 +28,7 @@ from operatorx.measure.cpu_contention import ContentionProbe
 from operatorx.measure.l2 import L2Flusher
 from operatorx.measure.loop import GiveUp, capped_stop, stop_reason, warmup
 from operatorx.measure.measurement import Measurement
+from operatorx.measure.record import HostClockRecord
 from operatorx.measure.settings import TimingSettings
 from operatorx.measure.stats import summarize
 
@@ -44,7 +45,8 @@ class HostClockTiming:
         # calls; the CPU has no L2 state to produce, so it is the warm (do-nothing) one.
         self.flusher = L2Flusher("warm", None)
 
-    def measure(self, fn: Callable[[], Any], pause_s: float = 0.0, give_up: Optional[GiveUp] = None) -> Measurement:
+    def measure(self, fn: Callable[[], Any], pause_s: float = 0.0,
+                give_up: Optional[GiveUp] = None) -> Measurement[HostClockRecord]:
         s = self.settings
         # first: the intra-op pool exists before the probe lists threads
         calls, warm_s, _ = warmup(fn, lambda: None, s, rest_s=pause_s)
@@ -83,9 +85,11 @@ class HostClockTiming:
         kept = len(contended_us) if samples_us is every_us else 0
         few = (f"only {len(clean_us)} clean {'sample was' if len(clean_us) == 1 else 'samples were'} left, fewer "
                f"than min_samples ({s.min_samples})") if clean_us else None
-        details: dict[str, Any] = {"l2_state": "n/a (cpu)", "spin": False,
-                                   **count.details("samples", dropped=len(contended_us) - kept, kept=kept,
-                                                   in_number=len(samples_us), no_clean_set=few)}
+        v = count.verdict("samples", dropped=len(contended_us) - kept, kept=kept, in_number=len(samples_us),
+                          no_clean_set=few)
+        record = HostClockRecord(l2_state="n/a (cpu)", spin=False, contention_signal=v.signal,
+                                 contended_samples_dropped=v.dropped, contended_samples_kept=v.kept,
+                                 cpu_wait_fraction=v.wait_fraction, cpu_contended=v.contended, **v.why_field())
         return Measurement(method=self.method, clock="host", samples_us=samples_us,
                            summary=summarize(samples_us), warmup_calls=calls, warmup_s=warm_s,
-                           stop_reason=reason, details=details)
+                           stop_reason=reason, details=record)

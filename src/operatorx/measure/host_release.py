@@ -3,8 +3,8 @@
 A batch queues its n [flush, call] iterations behind a wait on the GPU, so that the calls then
 run back to back from a full queue and no call waits on its own launch (measure/trace.py). A
 fixed spin (`torch.cuda._sleep`) has to guess how long the host takes to enqueue them: 1.2 times
-the warmup's enqueue time, and never trimmed for a multi-kernel call. On the H200 the block-FP8
-dynamic-quant GEMMs spun the GPU 34-39 ms a case for about 15 ms of enqueue (benchmarks §18).
+the warmup's enqueue time, and never trimmed for a multi-kernel call, so a multi-kernel call's
+spins hold the GPU far longer than the host takes to enqueue.
 
 This wait is a one-thread kernel that polls a word of pinned host memory until the host writes
 the batch's ticket there, right after its last launch; then the GPU starts on the queue at
@@ -37,7 +37,7 @@ def _wait_kernel() -> Any:
         import triton.language as tl
 
         # not specialized on the ints' values: Triton would compile again for a ticket of 1 or a budget
-        # divisible by 16 (250 ms of compile, seen on the H200, inside the first case that hit one)
+        # divisible by 16 (a compile of hundreds of ms, inside the first case that hit one)
         @triton.jit(do_not_specialize=["ticket", "max_cycles"])
         def _ox_wait_for_host(flag, ticket, max_cycles):
             start = tl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l", [], dtype=tl.int64, is_pure=False,

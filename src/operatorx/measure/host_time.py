@@ -47,6 +47,7 @@ import numpy as np
 
 from operatorx.measure.cpu_contention import ContentionCount, ContentionProbe
 from operatorx.measure.measurement import Measurement
+from operatorx.measure.record import HostTimeRecord
 from operatorx.measure.stats import summarize
 
 __all__ = ["HostTimeSettings", "HostTiming", "active_function_modes", "mode_warnings"]
@@ -147,7 +148,7 @@ class HostTiming:
         self._sync = _sync_for(device_kind)
         self._probe = ContentionProbe("thread", prefer_schedstat=prefer_schedstat)
 
-    def measure(self, fn: Callable[[], Any]) -> Measurement:
+    def measure(self, fn: Callable[[], Any]) -> Measurement[HostTimeRecord]:
         return self.measure_interleaved({"fn": fn})["fn"]
 
     def _batch(self, fn: Callable[[], Any], calls: int) -> _Batch:
@@ -192,7 +193,7 @@ class HostTiming:
         self,
         fns: Mapping[str, Callable[[], Any]],
         around: Optional[Mapping[str, Callable[[], AbstractContextManager[Any]]]] = None,
-    ) -> dict[str, Measurement]:
+    ) -> dict[str, Measurement[HostTimeRecord]]:
         """Time each callable in `fns` by batches, the order rotating batch by batch.
 
         `around[name]()` gives a context entered around each of that callable's batches (a
@@ -206,7 +207,8 @@ class HostTiming:
             return self._interleaved(fns, names, around)
 
     def _interleaved(self, fns: Mapping[str, Callable[[], Any]], names: list[str],
-                     around: Mapping[str, Callable[[], AbstractContextManager[Any]]]) -> dict[str, Measurement]:
+                     around: Mapping[str, Callable[[], AbstractContextManager[Any]]]
+                     ) -> dict[str, Measurement[HostTimeRecord]]:
         s = self.settings
         warnings: dict[str, list[str]] = {}
 
@@ -254,26 +256,22 @@ class HostTiming:
             samples_us = [b.issue_ns / batch_calls / 1e3 for b in kept_batches]
             drain_us = float(np.median([b.drain_ns for b in kept_batches])) / 1e3
             batch_us = float(np.median([b.issue_ns for b in kept_batches])) / 1e3
-            contention = counts[name].details("batches", dropped=counts[name].contended - kept_contended,
-                                              kept=kept_contended, in_number=len(kept_batches))
-            details: dict[str, Any] = {
-                "batches": s.batches, "batch_calls": batch_calls, "order": s.order, "variants": names,
-                "first_in_batch": first.count(name), "drain_us_median": drain_us,
-                "gpu_paced": self.device_kind == "cuda" and _drain_large(drain_us * 1e3, batch_us * 1e3),
-                "warnings": warnings[name], "device_kind": self.device_kind,
-                "cpu_us_per_call": [b.cpu_ns / batch_calls / 1e3 for b in kept_batches],
-                "preempt_retries": retries[name],
-                "contention_flags": counts[name].flags,
-                "rounds_dropped": s.batches - len(rounds),
-                **contention,
-            }
-            if contention["cpu_contended"]:
-                details["warnings"] = [*warnings[name], contention["cpu_contended_why"]]
-            if batch_calls < s.batch_calls:
-                details["batch_calls_reduced_from"] = s.batch_calls
-            if self.device_kind != "cuda":
-                details["note"] = "no GPU: host time is the whole call, compute included"
+            v = counts[name].verdict("batches", dropped=counts[name].contended - kept_contended,
+                                     kept=kept_contended, in_number=len(kept_batches))
+            record = HostTimeRecord(
+                batches=s.batches, batch_calls=batch_calls, order=s.order, variants=names,
+                first_in_batch=first.count(name), drain_us_median=drain_us,
+                gpu_paced=self.device_kind == "cuda" and _drain_large(drain_us * 1e3, batch_us * 1e3),
+                warnings=[*warnings[name], *([v.why] if v.why is not None else [])],
+                device_kind=self.device_kind,
+                cpu_us_per_call=[b.cpu_ns / batch_calls / 1e3 for b in kept_batches],
+                preempt_retries=retries[name], contention_flags=counts[name].flags,
+                rounds_dropped=s.batches - len(rounds), contention_signal=v.signal,
+                contended_batches_dropped=v.dropped, contended_batches_kept=v.kept,
+                cpu_wait_fraction=v.wait_fraction, cpu_contended=v.contended, **v.why_field(),
+                batch_calls_reduced_from=s.batch_calls if batch_calls < s.batch_calls else None,
+                note="no GPU: host time is the whole call, compute included" if self.device_kind != "cuda" else None)
             out[name] = Measurement(method=self.method, clock="host", samples_us=samples_us,
                                     summary=summarize(samples_us), warmup_calls=warm_calls,
-                                    warmup_s=warm_ns[name] / 1e9, stop_reason="batches", details=details)
+                                    warmup_s=warm_ns[name] / 1e9, stop_reason="batches", details=record)
         return out

@@ -23,6 +23,7 @@ from operatorx.measure.host_release import unavailable_reason as release_unavail
 from operatorx.measure.l2 import L2Flusher
 from operatorx.measure.loop import GiveUp, capped_stop, stop_reason, warmup
 from operatorx.measure.measurement import Measurement, NotMeasurable
+from operatorx.measure.record import KernelPhases, KernelsRecord
 from operatorx.measure.settings import TimingSettings
 from operatorx.measure.side_stream import side_stream
 from operatorx.measure.stats import summarize
@@ -35,8 +36,8 @@ _SPIN_MARGIN = 1.2          # spin this many times the host's enqueue time of a 
 _PAUSE_SPIN_S = 200e-6      # extra head start per call in pause mode (throttle retries)
 _MAX_BATCH = 512
 _MAX_BATCH_S = 0.25         # a batch's calls take about this long at most: the stop rules (time cap, a
-                            # capped GPU) are asked between batches, and a 5 ms GEMM's 199-call batch
-                            # ran a whole second of a capped attempt on the H200
+                            # capped GPU) are asked between batches, so a longer batch runs on through a
+                            # capped attempt
 _MIN_ENQUEUE_S = 5e-6
 _FIRST_BATCH_S = 0.05       # the first batch's calls take about this long at most (but >= min_samples)
 _ALL_STARVED_BATCHES = 3    # this many batches with every call starved: the op waits on the host itself
@@ -48,7 +49,7 @@ _FIRST_ENQUEUE_GUESS_S = 300e-6   # per iteration in pause mode before a batch h
                                   # a short first spin are dropped, and the next spin grows)
 LAUNCH_QUEUE_DEPTH = 1024  # device launches the host can queue ahead of the GPU before a launch call blocks:
                             # behind a 200 ms spin the H200 (driver 580) took 1,021 one-kernel launches, then
-                            # blocked (bench/launch_queue.py, benchmarks §16)
+                            # blocked (bench/launch_queue.py)
 _QUEUE_FILL = 0.8           # a batch holds at most this share of the queue (launches per call vary a little)
 
 
@@ -192,8 +193,7 @@ def queue_calls(per_iteration: float) -> int:
     starts on the first, and the launch queue takes about `LAUNCH_QUEUE_DEPTH` launches. Past that the
     host blocks inside a launch until the GPU frees room: its enqueue time then measures the spin,
     the next spin grows with it, and the calls enqueued after the spin ended run paced by the host
-    (starved). On the H200 a 10-kernel block-FP8 call starved from about 93 calls a batch on, and a
-    1,000-case sweep spent 24 s of GPU spin on such batches (benchmarks §16)."""
+    (starved), and the spins grow for nothing."""
     return max(1, int(_QUEUE_FILL * LAUNCH_QUEUE_DEPTH / max(1.0, per_iteration)))
 
 
@@ -215,7 +215,8 @@ class KernelTiming:
     def _cycles(self, seconds: float) -> int:
         return int(min(seconds, _MAX_SPIN_S) * self.sm_clock_hz)
 
-    def measure(self, fn: Callable[[], Any], pause_s: float = 0.0, give_up: Optional[GiveUp] = None) -> Measurement:
+    def measure(self, fn: Callable[[], Any], pause_s: float = 0.0,
+                give_up: Optional[GiveUp] = None) -> Measurement[KernelsRecord]:
         import torch
 
         s = self.settings
@@ -314,7 +315,7 @@ class KernelTiming:
             elif spin > 0 and batch.queue_left_ns is not None and all(len(c.activities) == 1 for c in kept):
                 # only a single-kernel call's spin is trimmed: the GPU running a multi-kernel call while
                 # the host still launches it grows the gaps between its kernels (its span, not its busy
-                # time): on the H200 such spans read 1-6% longer in a second pass with a trimmed spin
+                # time): such spans read longer in a second pass with a trimmed spin
                 lead_s = _host_lead_s(held_s, n, batch.queue_left_ns / 1e9)
             late_kept += sum(c.launched_late > 0 for c in kept)
             samples_us.extend(c.span_ns / 1e3 for c in kept)
@@ -337,25 +338,22 @@ class KernelTiming:
         api_calls = (("launches" if session.api_filter else "all") if isinstance(session, CuptiSession) else None)
         ids_refused = session.api_ids_refused if isinstance(session, CuptiSession) else None
 
-        details = {**self.flusher.to_json(), "spin": s.spin,
-                   "activity_source": batch.source if batch is not None else None,
-                   "activity_fallback": fallback_reason(), "activity_api_calls": api_calls,
-                   "activity_api_ids_refused": ids_refused,
-                   "batches": batches, "batch_size": s.batch_size,
-                   "starved_calls_dropped": starved, "starved_gap_us": STARVED_GAP_NS / 1e3,
-                   "spin_short_batches": spin_short, "unattributed_activities": unattributed,
-                   "spin_released_batches": released_batches, "spin_release_unavailable": release_unavailable(),
-                   "enqueue_us_per_call": enqueue_s * 1e6, "pause_s": pause_s,
-                   "busy_us_median": float(np.median(busy_us)) if busy_us else None,
-                   "busy_samples_us": busy_us,        # per kept call, beside samples_us (the spans)
-                   "gap_before_call_us_median": float(np.median(gaps_ns)) / 1e3 if gaps_ns else None,
-                   "graph": self.graph, "host_gaps_included": gaps_included,
-                   "starved_calls_kept": starved_kept, "late_launch_calls_kept": late_kept, "window_start_s": wall0,
-                   "activity_records_dropped": records_dropped,
-                   "activity_forced_flushes": forced_flushes, "queue_overflow_batches": overflowed_batches,
-                   "queue_max_calls": max_calls,
-                   "phases": {"warmup_s": warm_s, "batches_s": batches_s, "spin_gpu_s": spin_gpu_s,
-                              "loop_s": time.perf_counter() - wall0}}
+        record = KernelsRecord(
+            l2_state=self.flusher.state, flush_bytes=self.flusher.flush_bytes, flush_launch=self.flusher.launch,
+            spin=s.spin, graph=self.graph, activity_source=batch.source if batch is not None else None,
+            activity_fallback=fallback_reason(), activity_api_calls=api_calls, activity_api_ids_refused=ids_refused,
+            batches=batches, batch_size=s.batch_size, starved_calls_dropped=starved,
+            starved_gap_us=STARVED_GAP_NS / 1e3, spin_short_batches=spin_short, unattributed_activities=unattributed,
+            spin_released_batches=released_batches, spin_release_unavailable=release_unavailable(),
+            enqueue_us_per_call=enqueue_s * 1e6, pause_s=pause_s,
+            busy_us_median=float(np.median(busy_us)) if busy_us else None,
+            busy_samples_us=busy_us,          # per kept call, beside samples_us (the spans)
+            gap_before_call_us_median=float(np.median(gaps_ns)) / 1e3 if gaps_ns else None,
+            host_gaps_included=gaps_included, starved_calls_kept=starved_kept, late_launch_calls_kept=late_kept,
+            window_start_s=wall0, activity_records_dropped=records_dropped, activity_forced_flushes=forced_flushes,
+            queue_overflow_batches=overflowed_batches, queue_max_calls=max_calls,
+            phases=KernelPhases(warmup_s=warm_s, batches_s=batches_s, spin_gpu_s=spin_gpu_s,
+                                loop_s=time.perf_counter() - wall0))
         return Measurement(method=self.method, clock="device", samples_us=samples_us, summary=summarize(samples_us),
-                           warmup_calls=calls, warmup_s=warm_s, stop_reason=reason, details=details,
+                           warmup_calls=calls, warmup_s=warm_s, stop_reason=reason, details=record,
                            last_batch=batch)

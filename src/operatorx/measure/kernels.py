@@ -76,7 +76,7 @@ def kernel_breakdown(batch: TraceBatch, launch_shapes: bool = True,
     When every call was starved (an op that waits on the host inside each call, which the timer
     then times with its gaps), the table is of those calls, as the timing was, and says so.
     The launch shapes come from `shapes_from` when given: a 2-call batch exports and parses in a
-    few ms, a timed batch of hundreds of calls in tens of ms (seen on the H200).
+    fraction of the time of a timed batch of hundreds of calls.
     """
     with_work = [c for c in batch.calls if c.activities]
     calls = [c for c in with_work if not c.starved] or with_work

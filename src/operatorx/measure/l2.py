@@ -3,8 +3,8 @@
 Three states (`L2_STATES`):
 - `cold_clean` (default): nothing of the op's data is in L2 and no line is dirty. A plain
   "flush" that zeroes a big buffer leaves L2 full of dirty lines, and the op then pays to
-  write them back (measured on the H200: a 16 MiB read took 9.3 µs after a clean flush,
-  11.0 µs after a dirty one, 7.6 µs warm). So we zero a buffer of twice the L2 (every line of
+  write them back (a read after a dirty flush is slower than after a clean one). So we zero a
+  buffer of twice the L2 (every line of
   the op's data is evicted) and then run `discard.global.L2` over that buffer: its lines are
   dropped without a write-back, and L2 is left empty and clean.
 - `cold_dirty`: the zeroing alone (what most harnesses call "flush L2").
@@ -125,6 +125,10 @@ class L2Flusher:
         self._graph = None
         self._buffer = None
 
+    @property
+    def launch(self) -> Literal["cuda_graph", "eager"]:
+        """How the flush is launched: one CUDA graph replay, or its kernels one by one."""
+        return "cuda_graph" if self._graph is not None else "eager"
+
     def to_json(self) -> dict[str, Any]:
-        return {"l2_state": self.state, "flush_bytes": self.flush_bytes,
-                "flush_launch": "cuda_graph" if self._graph is not None else "eager"}
+        return {"l2_state": self.state, "flush_bytes": self.flush_bytes, "flush_launch": self.launch}

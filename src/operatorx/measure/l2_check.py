@@ -4,7 +4,6 @@ Without hardware counters the L2 is observed through time: a probe kernel reads 
 (a quarter of L2) right after that buffer was read once (so it is in L2) and then the
 state's flush ran. Warm: the read hits L2. Cold: it comes from HBM, so it is slower. Cold and
 dirty: it also has to write back the flush's dirty lines to make room, so it is slower again.
-On the H200 (docs/benchmarks.md) a 15 MiB read took 7.6 / 9.3 / 11.0 µs warm / clean / dirty.
 A state is verified when its probe time sits where it must against the other two.
 """
 

@@ -1,24 +1,20 @@
 """The GPU's launch gap in this process: idle device time between two dependent kernels of one stream.
 
-A multi-kernel call's span is its kernels plus the gaps between them. On the H200 that gap is not a
-constant of the card: each process keeps one level for its life, and the level can differ from one
-process to the next by 0.1-0.2 µs a kernel boundary (eager dynamic-quant FP8 decode GEMMs: 0.93-1.0
-µs in some processes, 1.06-1.15 in others), whatever the process's stream, L2 state, operand placement
-or module loading (benchmarks §17, §21). A ten-kernel call's span therefore moves by up to ~1.3 µs
-(3-4%) from one process to the next while its busy time does not. The level is the GPU's, not the
-profiler's: processes timed with CUDA events only, no CUPTI at all, showed it too (a chain of adds at
-1.56-1.60 or 1.76-1.79 µs a kernel, benchmarks §22), and neither CUPTI's start order nor pinning the
-process chose it. Nothing in the process chooses the level, so it is measured as a condition of the
-worker, like its clocks: every row carries its
-worker's reading, and comparisons can tell a span that moved with it from one that moved with the op.
+A multi-kernel call's span is its kernels plus the gaps between them. That gap is not a constant of
+the card: each process keeps one level for its life, and the level can differ from one process to
+the next, whatever the process's stream, L2 state, operand placement or module loading. A multi-kernel
+call's span therefore moves from one process to the next while its busy time does not. The level is
+the GPU's, not the profiler's: processes timed with CUDA events only, no CUPTI at all, show it too,
+and neither CUPTI's start order nor pinning the process chooses it. Nothing in the process chooses the
+level, so it is measured as a condition of the worker, like its clocks: every row carries its worker's
+reading, and comparisons can tell a span that moved with it from one that moved with the op.
 
 The probe: a chain of tiny dependent kernels (one-element adds), queued behind a GPU wait so the host
 is never the one the GPU waits for, recorded by the process's activity session; the gap is the mean
-start-to-previous-end offset over the chain's boundaries, the slowest and fastest tenth left out. In
-four fresh `operatorx run` workers it read 1.081-1.180 µs, 0.10 µs below the gaps per boundary of the
-same worker's row-wise dynamic FP8 calls (1.178-1.292) and moving with them worker by worker. A mean,
-not a median: the H200's kernel timestamps come in steps of 32 ns, and a median of such steps jumped
-between neighbouring steps from one reading to the next in one process (1.088 / 1.12 µs).
+start-to-previous-end offset over the chain's boundaries, the slowest and fastest tenth left out. It
+reads a little below the gaps of the same worker's multi-kernel calls and moves with them worker by
+worker. A mean, not a median: kernel timestamps come in steps (32 ns on the H200), and a median of
+such steps jumps between neighbouring steps from one reading to the next in one process.
 """
 
 from __future__ import annotations
@@ -34,7 +30,7 @@ _CHAIN_CALLS = 8            # probe calls in the batch: 120 boundaries in all
 _HOLD_S = 50e-3             # the GPU waits this long at most while the host launches the chain. The released
                             # wait ends as soon as the host is done, so only its budget is this long: with a
                             # 2 ms budget the host under Kineto's per-call tracing ran out of it, the GPU
-                            # caught up, and the probe read the host's launch pace (4.45 µs, benchmarks §21)
+                            # caught up, and the probe read the host's launch pace
 _TRIM = 0.1                 # share of offsets left out at each end (a boundary the host was late for)
 
 
@@ -45,7 +41,7 @@ class LaunchGap:
     gap_us: float
     """Trimmed mean of the offsets between consecutive kernels (see the module's docstring)."""
     kernel_us: float
-    """Median duration of one probe kernel: a sanity check (a one-element add, ~0.9 µs on the H200)."""
+    """Median duration of one probe kernel (a one-element add): a sanity check."""
     boundaries: int
     """Offsets the mean is taken over, before trimming: those of the probe calls the host kept ahead of."""
 
@@ -74,7 +70,7 @@ def measure_launch_gap(sm_clock_hz: float, released: bool = True) -> Optional[La
     """The process's launch-gap level, from one probe batch; None where no call of it counts: no
     kernel recorded, or the host late for every call (a gap then measures the host, not the GPU).
     `released`: behind the host-released wait (measure/host_release.py), else a fixed spin of the
-    same budget (`--no-spin` runs build no wait kernel). Cost at a worker's start on the H200: 21-23 ms."""
+    same budget (`--no-spin` runs build no wait kernel). It costs tens of ms at a worker's start."""
     import torch
 
     from operatorx.measure.trace import trace_batch

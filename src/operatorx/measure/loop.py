@@ -40,8 +40,8 @@ def warmup(fn: Callable[[], Any], sync: Callable[[], None], settings: TimingSett
     Each call is synchronized, so the floor counts real device time, not queued launches.
     The first op of a process gets the longer floor, to bring an idle GPU's clocks up, and rests
     after each call as long as the call took, so that floor does not drive a prefill GEMM into
-    the power cap by itself (half busy keeps the clocks up: calibrate's warmup, which does the
-    same, ends at 1980 MHz on the H200). `rest_s`: a
+    the power cap by itself (half busy keeps the clocks up, as calibrate's warmup, which does the
+    same, shows). `rest_s`: a
     rested retry rests after each warmup call too, or a long GEMM's warmup alone would bring the
     power cap back before its first timed call, and needs one call, not `warmup_calls`, besides
     the floor. With `rest_long_calls` (GPU timers), a call of `rested_call_s` or longer rests as long

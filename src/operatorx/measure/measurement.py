@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
-__all__ = ["Measurement", "NotMeasurable"]
+from operatorx.measure.record import Record
+
+__all__ = ["Measurement", "NotMeasurable", "R"]
+
+R = TypeVar("R", bound=Record, covariant=True)
+"""The timer's record type (measure/record.py)."""
 
 
 class NotMeasurable(Exception):
@@ -18,7 +23,7 @@ class NotMeasurable(Exception):
 
 
 @dataclass(frozen=True)
-class Measurement:
+class Measurement(Generic[R]):
     method: str                    # "cupti_kernels", "cupti_kernels/cuda_graph", "cuda_events", "host_clock/..."
     clock: str                     # "device" (GPU timestamps) or "host" (CPU wall clock)
     samples_us: list[float]
@@ -26,7 +31,8 @@ class Measurement:
     warmup_calls: int
     warmup_s: float
     stop_reason: str               # "noise_target", "time_cap", "max_samples", "timeout", "capped" (or "batches")
-    details: dict[str, Any] = field(default_factory=dict)
+    details: R
+    """What the timer saw while sampling, typed and closed (measure/record.py)."""
     last_batch: Any = field(default=None, repr=False, compare=False)
     """The last profiled batch (measure/trace.py), for the kernel breakdown and `--trace`; not stored."""
 
@@ -37,4 +43,4 @@ class Measurement:
     def to_json(self) -> dict[str, Any]:
         return {"method": self.method, "clock": self.clock, "samples_us": self.samples_us, "summary": self.summary,
                 "warmup_calls": self.warmup_calls, "warmup_s": self.warmup_s, "stop_reason": self.stop_reason,
-                "details": self.details}
+                "details": self.details.stored()}

@@ -24,6 +24,7 @@ from typing import Any, Optional, Protocol
 
 from operatorx.measure.loop import GiveUp
 from operatorx.measure.measurement import Measurement
+from operatorx.measure.record import TimerRecord
 from operatorx.measure.settings import TimingSettings
 from operatorx.measure.telemetry import Telemetry, TelemetrySampler
 
@@ -32,13 +33,18 @@ __all__ = ["Attempted", "measure_with_retries"]
 
 class _Timer(Protocol):
     def measure(self, fn: Callable[[], Any], pause_s: float = 0.0,
-                give_up: Optional[GiveUp] = None) -> Measurement: ...
+                give_up: Optional[GiveUp] = None) -> Measurement[TimerRecord]: ...
+
+
+_Tried = tuple[Measurement[TimerRecord], dict[str, Any], float]
+"""One attempt: its measurement, its telemetry summary, and the pause it made."""
 
 
 class Attempted:
     """The kept measurement, its telemetry summary, and every attempt in brief."""
 
-    def __init__(self, measurement: Measurement, telemetry: dict[str, Any], attempts: list[dict[str, Any]]):
+    def __init__(self, measurement: Measurement[TimerRecord], telemetry: dict[str, Any],
+                 attempts: list[dict[str, Any]]):
         self.measurement = measurement
         self.telemetry = telemetry
         self.attempts = attempts
@@ -48,20 +54,19 @@ CONVERGED_REL = 0.005
 """Two paused attempts in a row within this of each other: a longer rest no longer changes the number."""
 
 
-def _cut_short(m: Measurement) -> bool:
+def _cut_short(m: Measurement[TimerRecord]) -> bool:
     """The attempt stopped early because its telemetry showed the cap (`give_up`)."""
     return m.stop_reason == "capped"
 
 
-def _paused_s(m: Measurement, asked_s: float) -> float:
+def _paused_s(m: Measurement[TimerRecord], asked_s: float) -> float:
     """The pause the attempt really made: the timer rests a long call from the first attempt
     (settings.rested_pause_s) even when no pause was asked."""
-    made = m.details.get("pause_s") if isinstance(m.details, dict) else None
-    return float(made) if isinstance(made, (int, float)) and made > 0 else asked_s
+    made = m.details.pause_s
+    return made if made is not None and made > 0 else asked_s
 
 
-def _next_pause_s(settings: TimingSettings, attempt: int, tried: list[tuple[Measurement, dict[str, Any], float]]
-                  ) -> float:
+def _next_pause_s(settings: TimingSettings, attempt: int, tried: list[_Tried]) -> float:
     """Retry k's pause: the settings' (settings.pause_s), or twice the last attempt's when that one
     already paused (a long call rested from its first attempt rests longer at each retry)."""
     if not tried:
@@ -73,29 +78,29 @@ def _next_pause_s(settings: TimingSettings, attempt: int, tried: list[tuple[Meas
     return max(by_settings, min(2 * last, settings.max_pause_s())) if last > 0 else by_settings
 
 
-def _usable(m: Measurement, min_samples: int) -> bool:
+def _usable(m: Measurement[TimerRecord], min_samples: int) -> bool:
     """A full attempt, or one cut short (capped) after it already held `min_samples`: as good as a
     full one for choosing the number. One cut with fewer is kept only when nothing else is left."""
     return not _cut_short(m) or len(m.samples_us) >= min_samples
 
 
-def _known(m: Measurement, min_samples: int) -> bool:
+def _known(m: Measurement[TimerRecord], min_samples: int) -> bool:
     """Whether an attempt's number is known well enough to compare: a usable one, or one cut short
-    whose median is known to CONVERGED_REL (a confidence interval needs 6 samples at least). A
-    19 ms GEMM that caps itself is cut after 9 of its 10 calls, with its median known to ~0.1%: on
-    the H200 its attempts 2 and 3 agreed within 0.23% and a fourth ran ~1.6 s for nothing."""
+    whose median is known to CONVERGED_REL (a confidence interval needs 6 samples at least). A long
+    GEMM that caps itself is cut a call or so short of `min_samples` with its median already known
+    well: waiting for full attempts would run more retries that change nothing."""
     if _usable(m, min_samples):
         return True
     noise = m.summary.get("median_noise")
     return noise is not None and math.isfinite(noise) and noise <= CONVERGED_REL
 
 
-def _converged(tried: list[tuple[Measurement, dict[str, Any], float]], min_samples: int) -> bool:
+def _converged(tried: list[_Tried], min_samples: int) -> bool:
     """Whether the last two attempts (both paused) agree within CONVERGED_REL, or within their noise.
 
     A GEMM that draws the power limit by itself stays flagged capped at any rest (a reading or
-    two at the start of each paused attempt still shows the cap), and on the H200 retries 2 and
-    3 moved such GEMMs by 0.0-0.4% while costing a second each. The number is kept, flagged.
+    two at the start of each paused attempt still shows the cap), and further retries move such
+    GEMMs by less than their noise while costing a second each. The number is kept, flagged.
     """
     if len(tried) < 2:
         return False
@@ -105,8 +110,8 @@ def _converged(tried: list[tuple[Measurement, dict[str, Any], float]], min_sampl
     if not (pause_a > 0 and pause_b > 0):
         return False
     # a cut-short attempt with a few samples says little; one that holds min_samples, or whose median
-    # is known to 0.5% already, is as good as a full one here (a 19 ms GEMM's attempts are 9-10 calls
-    # either way: on the H200 four of them, cut or not, read within 0.2% and took 4.6 s)
+    # is known to 0.5% already, is as good as a full one here (a long GEMM's attempts hold about
+    # min_samples calls either way, cut or not)
     if not (_known(a, min_samples) and _known(b, min_samples)):
         return False
     noise = sum(n for n in (a.summary.get("median_noise"), b.summary.get("median_noise"))
@@ -119,7 +124,7 @@ def measure_with_retries(timer: _Timer, fn: Callable[[], Any], telemetry: Teleme
     """The first attempt's failure is the case's; a retry's failure ends the retries and is
     recorded beside the attempts, which still choose the number (the kept one is still flagged
     capped): a capped measurement said so is worth more than none."""
-    tried: list[tuple[Measurement, dict[str, Any], float]] = []
+    tried: list[_Tried] = []
     failed: list[dict[str, Any]] = []
     for attempt in range(1 + settings.throttle_retries):
         pause_s = _next_pause_s(settings, attempt, tried)
@@ -135,7 +140,7 @@ def measure_with_retries(timer: _Timer, fn: Callable[[], Any], telemetry: Teleme
             failed.append({"pause_s": pause_s, "error": f"{type(err).__name__}: {str(err).strip()[:300]}",
                            "kept": False})
             break
-        tried.append((m, sampler.summary(since_s=m.details.get("window_start_s")), _paused_s(m, pause_s)))
+        tried.append((m, sampler.summary(since_s=m.details.window_start_s), _paused_s(m, pause_s)))
         # a cut-short attempt counts as capped even where one more reading after the cut brought its
         # window's share under the line: it was stopped for the cap and holds only a few samples
         if not (tried[-1][1]["capped"] or _cut_short(m)) or _converged(tried, settings.min_samples):

@@ -1,4 +1,4 @@
-"""Timing knobs, with the defaults that met the accuracy targets on the H200 (docs/benchmarks.md)."""
+"""Timing knobs, with the defaults that met the accuracy targets (docs/benchmarks.md)."""
 
 from __future__ import annotations
 
@@ -29,9 +29,9 @@ class TimingSettings:
     """Calls before timing, at least; the wall-clock floors below may add more."""
     warmup_floor_s: float = 0.002
     """Warm up for at least this long (caches, handles, lazy module loads: the first call pays those,
-    the floor only adds calls to a µs op). 5 ms until session 9: 3.6 s of every 1,000 gemm cases on
-    the H200, 5 ms of each ok case's ~30, for clocks a sweep already holds up (the process's first
-    op has its own 1 s floor, and capped attempts are retried)."""
+    the floor only adds calls to a µs op). A longer floor costs every case and buys clocks a sweep
+    already holds up (the process's first op has its own 1 s floor, and capped attempts are
+    retried)."""
     first_warmup_floor_s: float = 1.0
     """The floor for the first op of a process: an idle GPU needs this long to reach its clocks."""
     min_samples: int = 10
@@ -58,18 +58,16 @@ class TimingSettings:
     unpaused_retry_below_s: float = 50e-6
     """Retries of a call shorter than this do not pause between calls; their cooldown alone rests the
     GPU. A 5 µs GEMM behind its L2 flush cannot hold the power cap by itself: what caps it is an
-    earlier case's cap still in force, which the cooldown lets go. On the H200 a 0.5 ms pause after
-    each of a 4.9 µs GEMM's 585 retry calls made the case take 1.04 s; most of that was the pause."""
+    earlier case's cap still in force, which the cooldown lets go; a ms pause after each of its
+    hundreds of retry calls would be most of the case's time."""
     rested_call_s: float = 0.001
     """A call at least this long (per its warmup) is timed rested from the first attempt: each call
-    is followed by a pause as long as itself, the warmup's calls included. On the H200 every bf16
-    GEMM from ~1 ms up drove the card into its power cap within its first attempt (26 of the first
-    1,000 `gemm` cases), and the rested retries that followed read the same within 0.2%: resting
-    from the start skips the capped attempt and its cooldown. 0 turns it off."""
+    is followed by a pause as long as itself, the warmup's calls included. A GEMM this long drives
+    the card into its power cap within its first, back-to-back attempt, and rested retries read the
+    same: resting from the start skips the capped attempt and its cooldown. 0 turns it off."""
     throttle_cooldown_s: float = 0.05
     """Retry k first rests the GPU 2^(k-1) times this: a cap left by earlier work (a run of prefill
-    GEMMs) outlasts the first few tens of ms of the next case whatever the duty cycle (seen on the
-    H200: a 5 µs GEMM's retry with 2 ms rests was still capped 40 ms in, the next one was not)."""
+    GEMMs) outlasts the first few tens of ms of the next case whatever the duty cycle."""
     capped_clock_fraction: float = 0.985
     """An attempt is capped when a power/thermal reason is active and the SM clock is below this
     fraction of its maximum."""
@@ -99,11 +97,10 @@ class TimingSettings:
         """Pause between calls for attempt 0 (none), 1, 2, 3...: none for a call shorter than
         `unpaused_retry_below_s`, else 0.5, 1, 2 ms by default, or 1, 2, 4 times the call itself when
         that is longer (up to 50 ms, doubled: a seconds-long call's retries must still end inside the
-        case's deadline). The GPU's average power follows the duty cycle,
-        so a 2 ms rest after a 17 ms GEMM that holds the power cap by itself changes nothing (seen
-        on the H200: three retries, all capped, 10 s each). A µs call needs no ms rest after each
-        call once the cooldown (`cooldown_s`) has let an earlier cap go: 2 ms rests made a 5 µs
-        GEMM's 190-sample retry take 0.8 s."""
+        case's deadline). The GPU's average power follows the duty cycle, so a rest much shorter
+        than a GEMM that holds the power cap by itself changes nothing. A µs call needs no ms rest
+        after each call once the cooldown (`cooldown_s`) has let an earlier cap go: the rests would
+        be most of its retry's time."""
         if attempt == 0 or call_s < self.unpaused_retry_below_s:
             return 0.0
         base = max(self.throttle_pause_s, min(call_s, _MAX_PAUSE_BASE_S))

@@ -3,8 +3,7 @@ before a CUDA-graph capture, and the capture of the L2 flush.
 
 torch keeps a cuBLAS workspace per (handle, stream) for as long as the process lives (32 MiB each
 on Hopper). A new stream per capture therefore left 32 MiB behind after every graph-captured
-case: seen on the H200 in the vLLM MoE release test, exactly 32.0 MiB after each captured case
-and 0.1 MiB after each eager one. One stream for the process bounds that to one workspace.
+case. One stream for the process bounds that to one workspace.
 """
 
 from __future__ import annotations

@@ -5,9 +5,9 @@ capped when it shows a power or thermal clock-event reason together with an SM c
 `capped_clock_fraction` of its maximum; an attempt is *capped* when at least a tenth of its
 readings are (`CAPPED_SHARE`): then its number describes the cap, not the kernel, and the runner
 measures again. A stale reading or two as a rested retry begins cannot move a median taken over
-the window, and counting them made every retry of a GEMM that caps itself look capped (seen on
-the H200, session 4: three retries each, ~1.7 s a case). A reason without a lower clock (the power cap bit is
-often set at full clock) does not make an attempt capped; the reasons are still recorded.
+the window, and counting them made every retry of a GEMM that caps itself look capped. A reason
+without a lower clock (the power cap bit is often set at full clock) does not make an attempt
+capped; the reasons are still recorded.
 
 A reading whose clock-event bits are all zero and whose SM clock is far under the highest this reader
 has seen (`LOW_CLOCK_FRACTION`) counts as capped too, by the reason `clock_low_no_reason`: nothing NVML
@@ -33,8 +33,7 @@ _MIN_READINGS_TO_GIVE_UP = 3
 _FIRST_READING_WAIT_S = 0.03
 """A window that closes before its first reading waits this long for one. Without it a 10 ms
 attempt could end while the reader was still busy with the last window (a reading is five or six
-NVML calls of 1-3 ms each on the H200 machines), and two of the accuracy set's single-kernel cases
-were then stored with no clock at all."""
+NVML calls of milliseconds each), and the case was then stored with no clock at all."""
 
 #: NVML clock-event reason bits (nvmlClocksEventReason*), by name.
 THROTTLE_REASONS = {
@@ -56,12 +55,11 @@ LOW_CLOCK = "clock_low_no_reason"
 """The reason given to a reading whose SM clock is under `LOW_CLOCK_FRACTION` of the highest this reader
 has seen while all of NVML's clock-event bits are zero (not idle, no cap, no clocks set by the user)."""
 LOW_CLOCK_FRACTION = 0.9
-"""Under this share of the highest SM clock seen, a reading with no reason is a low clock nothing explains.
-On the H200 a single-kernel case of the accuracy set read 4% slow with its one reading at 1,650 of
-1,980 MHz (0.83) and no reason (benchmarks §18). Not `capped_clock_fraction` (0.985), nor 0.95: two
-1,000-case gemm sweeps ran cases at 1,815-1,935 MHz (0.92-0.98) with no reason set, right after power-
-capped ones (§20); retried at 0.95, five such cases read within 0.3% of their first attempt and cost
-about 2 s of the sweep. That is the card's own choice under load, recorded in the row, not retried."""
+"""Under this share of the highest SM clock seen, a reading with no reason is a low clock nothing explains:
+such a clock made a case read several % slow. Not `capped_clock_fraction` (0.985), nor 0.95: right
+after power-capped work a card runs some cases a few % under its highest clock with no reason set,
+and their retries read the same. That is the card's own choice under load, recorded in the row, not
+retried."""
 
 
 class Telemetry:
@@ -128,7 +126,7 @@ class Telemetry:
 
     def _constant(self, name: str, fn: str, *args: Any) -> Optional[Any]:
         """Values that do not change while we run (max clock, power limit): one NVML call each, ever.
-        NVML calls cost about 1 ms each on the H200 machines, and a reading every 5 ms must stay cheap."""
+        NVML calls cost milliseconds each, and a reading every 5 ms must stay cheap."""
         cache = self.__dict__.setdefault("_constants", {})
         if name not in cache:
             cache[name] = self._read(fn, *args)
@@ -233,8 +231,8 @@ def summarize_readings(readings: list[dict[str, Any]], energy_mj: Optional[float
 class _Reader:
     """The process's reading thread for one GPU: started once, it reads while a window is open and
     waits otherwise. A thread per attempt had to be joined at the attempt's end, and the join waited
-    for the reading in flight plus a last energy read: ~5-8 ms per attempt on the H200 machines
-    (NVML calls take 1-3 ms each there), in a case that takes ~40 ms."""
+    for the reading in flight plus a last energy read, milliseconds per attempt in a case that takes
+    tens of them."""
 
     def __init__(self, telemetry: Any):
         self.telemetry = telemetry

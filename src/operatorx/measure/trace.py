@@ -16,9 +16,8 @@ span would time the host. Starved calls are dropped from the samples and counted
 spin ahead of the next batch grows. A call is also counted *launched late* when one of its launch
 calls returned on the host less than `LAUNCH_LEAD_NS` before everything launched earlier had ended
 on the GPU (both clocks are CUPTI's): the host was only just ahead. That is recorded, not dropped.
-Dropping such calls was tried on the H200 (benchmarks §14): the block-FP8 dynamic-quant GEMMs
-(ten kernels a call) then had about half their calls dropped whatever the spin, took up to 1.1 s a
-case, and the spans of the multi-kernel cases moved between passes no less. An op that waits on
+Dropping such calls was tried: multi-kernel calls then lost about half their calls whatever the
+spin, took far longer, and their spans moved between passes no less. An op that waits on
 the GPU inside a call (a `.item()`) starves every call whatever the spin; the timer then keeps
 such spans and says so.
 """

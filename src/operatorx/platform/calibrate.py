@@ -18,10 +18,9 @@ back-to-back calls after a few more warmup calls: the kernels take milliseconds,
 microsecond resolution and launch gaps do not matter. All of it takes two to four seconds.
 
 The warmup rests after each call as long as the call took, and each timed repeat is preceded by
-a rest as long as itself. A card driven flat out hits its power cap: method v2 warmed up back
-to back and measured an H200 at 705 TFLOP/s bf16 with the SM clock at 1500 MHz (v1: 793), while
-cases are timed out of the cap (measure/retry.py). Peaks under the cap would put such cases
-above 100%. The
+a rest as long as itself. A card driven flat out hits its power cap and reads low (method v2,
+which warmed up back to back, did), while cases are timed out of the cap (measure/retry.py).
+Peaks under the cap would put such cases above 100%. The
 cache is keyed by GPU name and UUID, driver, torch and CUDA (or HIP) version and the method's
 version: any of them changing measures again; `operatorx run --recalibrate` forces it.
 

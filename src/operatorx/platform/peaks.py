@@ -2,7 +2,7 @@
 no sparsity) and, where a worker measured them, this card's own (platform/calibrate.py).
 
 The datasheet understates or overstates what a card reaches under a given driver, clock and power
-limit (an H200 runs bf16 GEMMs at ~810 TFLOP/s, 82% of its datasheet 989), so `% peak` is taken
+limit (docs/peaks.md), so `% peak` is taken
 against the measured peaks where a row has them; the datasheet ones stay beside them in the row
 (`Peak.tflops`, `Peak.memory_gbps`) and `source` says which were used. docs/peaks.md.
 """

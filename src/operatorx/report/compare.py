@@ -2,15 +2,16 @@
 
 For each case present in both documents (matched by case key and side), from the raw samples:
 
-- **ratio** = median(B) / median(A): the number a reader wants.
-- **confidence interval** of the ratio: the Hodges–Lehmann shift of log(B) against log(A) with the
-  Mann–Whitney (Moses) interval, exponentiated. Distribution-free (GPU samples are skewed, with a
-  tail of slow calls; no normality is assumed), robust to those tails (a median of pairwise
-  differences, not a mean), on log times so the shift is a ratio, and exact order statistics of the
-  pairwise differences rather than resampling: the same data always give the same interval, and
-  2,000 × 2,000 samples cost milliseconds (the k-th pairwise difference is found by bisection on
-  its value with sorted counting, never materialising the 4 M differences). A bootstrap would
-  need thousands of resamples per case for a stable 95% tail and still differ run to run.
+- **ratio** B/A: the Hodges–Lehmann shift of log(B) against log(A), exponentiated. That is the median
+  of all pairwise ratios b_j / a_i: the number a reader wants, robust to the tail of slow calls.
+- **confidence interval** of the ratio: the Mann–Whitney (Moses) interval of the same shift, two
+  order statistics of the same pairwise differences (operatorx/shift.py). Point and interval come
+  from one estimator, so the ratio always lies inside its interval. A ratio of medians beside this
+  interval once read `0.111 [0.112, 0.123]`. The interval needs no normal distribution (GPU samples
+  are skewed), works on log times so the shift is a ratio, and uses exact order statistics rather
+  than resampling. The same data always give the same interval, and 2,000 × 2,000 samples cost
+  milliseconds. A bootstrap would need thousands of resamples per case for a stable 95% tail, and
+  would still differ from run to run.
 - **p-value**: two-sided Mann–Whitney U of the two sample sets; **q-value**: Benjamini–Hochberg
   across the compared cases, so a sweep of 1,000 cases at alpha 0.05 does not report ~50 changes
   out of pure noise (the false discovery rate among the `faster`/`slower` verdicts stays at alpha).
@@ -19,6 +20,11 @@ For each case present in both documents (matched by case key and side), from the
   1 − e and q < alpha; `same` when the whole interval lies inside [1 − e, 1 + e] (an equivalence
   claim, not merely "no significant difference"); `ambiguous` otherwise (too noisy to say either);
   `missing` when either side has no `ok` row with samples.
+- **conditions neither run controlled** (report/compare_conditions.py) are the placement spread, a
+  launch-gap level difference, and CPU contention. A difference they could account for is not called
+  `faster` or `slower`: their size widens e, and contention holds both back (operatorx/uncontrolled.py).
+  `numbers_verdict` and `verdict_why` say when that changed a verdict. Rows measured at one operand
+  placement are flagged `placement not controlled`, per run when every case is.
 
 How this compares with the two usual tools:
 - NVBench's `nvbench_compare.py` compares means and calls a case SAME when |diff| <= the smaller
@@ -34,31 +40,29 @@ How this compares with the two usual tools:
   describes the spread inside a run; the minimum effect is the guard against run-to-run drift, and
   should sit above the run-to-run noise measured for the timer (docs/benchmarks.md).
 
-Conditions that make the numbers less comparable are flagged, never hidden: per case (capped clocks,
-L2 state not verified or different, timing method or clock different, ncu-perturbed, other GPU or
-backend for the row, a multi-kernel call timed by workers of different launch-gap levels), and per
-comparison (GPU, driver, software versions, timing settings).
+Conditions that make the numbers less comparable are flagged, never hidden. Per case: every note the
+terminal table gives either row (capped clock, L2 state not verified, ncu-perturbed, CPU contended,
+host-bound, noise ...), and what differs between the rows (timing method, clock, L2 state, GPU,
+backend, launch-gap level). Per comparison: GPU, driver, software versions, timing settings.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
-from statistics import NormalDist
-from typing import Any, Literal, Optional
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Literal, Optional, cast
 
 import numpy as np
 
+from operatorx.report.compare_conditions import LAUNCH_GAP_STEP_US, pair_conditions
 from operatorx.result import Headline, Row
+from operatorx.shift import hodges_lehmann
+from operatorx.uncontrolled import Uncontrolled, decide
 
 __all__ = ["CaseComparison", "Comparison", "Verdict", "compare_documents", "compare_samples", "hodges_lehmann",
            "benjamini_hochberg", "mann_whitney_p"]
 
 Verdict = Literal["faster", "slower", "same", "ambiguous", "missing"]
-_DIRECT_PAIRS = 20_000        # up to this many pairwise differences: form them; beyond: bisection
-LAUNCH_GAP_STEP_US = 0.08     # two workers' launch-gap levels differ when further apart than this: on the H200
-                              # one process's readings spread up to ~0.06 µs, two levels lie 0.1-0.2 apart (§21)
 
 
 @dataclass(frozen=True)
@@ -68,7 +72,8 @@ class CaseComparison:
     a_latency_us: Optional[float]
     b_latency_us: Optional[float]
     ratio: Optional[float]
-    """median(B) / median(A): above 1 is slower."""
+    """B/A, the Hodges–Lehmann ratio (the median of all pairwise b / a): above 1 is slower. It lies inside
+    [ci_low, ci_high]. a_latency_us and b_latency_us are each side's median."""
     ci_low: Optional[float]
     ci_high: Optional[float]
     p_value: Optional[float]
@@ -82,6 +87,12 @@ class CaseComparison:
     backend_b: Optional[str] = None
     case_index_a: Optional[int] = None
     case_index_b: Optional[int] = None
+    numbers_verdict: Optional[Verdict] = None
+    """The verdict of the numbers alone, set only where a condition neither run controlled changed it."""
+    verdict_why: Optional[str] = None
+    """Which conditions changed the verdict (`slower by the numbers alone, not called so: within ...`)."""
+    conditions: list[dict[str, Any]] = field(default_factory=list)
+    """The conditions neither run controlled (`Uncontrolled.to_json()`: kind, text, band_rel)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -115,56 +126,6 @@ class Comparison:
 
 # --- statistics -----------------------------------------------------------------------------------
 
-def _kth_differences(x: np.ndarray, y: np.ndarray, ks: list[int]) -> list[float]:
-    """The k-th smallest (1-based) of all y[j] − x[i] for each k, for sorted x and y."""
-    n, m = x.size, y.size
-    if not ks:
-        return []
-    if n * m <= _DIRECT_PAIRS:
-        d = np.partition((y[:, None] - x[None, :]).ravel(), [k - 1 for k in ks])
-        return [float(d[k - 1]) for k in ks]
-    return [_bisect_kth(x, y, k) for k in ks]
-
-
-def _bisect_kth(x: np.ndarray, y: np.ndarray, k: int) -> float:
-    """The k-th smallest difference by bisection on its value: count the pairs with y − x <= t
-    from the sorted arrays (m binary searches) instead of forming all n·m differences."""
-    n = x.size
-    lo, hi = float(y[0] - x[-1]), float(y[-1] - x[0])
-    tol = 1e-10 * max(1.0, abs(lo), abs(hi))       # on log times: a ratio to 1e-10, far below any noise
-    while hi - lo > tol:
-        mid = (lo + hi) / 2
-        if mid <= lo or mid >= hi:
-            break
-        if int(np.sum(n - np.searchsorted(x, y - mid, side="left"))) >= k:
-            hi = mid
-        else:
-            lo = mid
-    return hi
-
-
-def hodges_lehmann(x: Iterable[float], y: Iterable[float], confidence: float = 0.95, estimate: bool = True
-                   ) -> tuple[float, float, float]:
-    """(shift, low, high) of y against x: the median of all pairwise differences y − x, and the
-    distribution-free interval from the Mann–Whitney null distribution (normal approximation, which
-    is close from 10 samples a side; below that the interval may come out unbounded: ±inf).
-    `estimate=False` skips the shift (NaN) when only the interval is wanted."""
-    xs, ys = np.sort(np.asarray(list(x), dtype=float)), np.sort(np.asarray(list(y), dtype=float))
-    n, m = xs.size, ys.size
-    if n == 0 or m == 0:
-        raise ValueError("both sides need samples")
-    total = n * m
-    middle = ([(total + 1) // 2] if total % 2 else [total // 2, total // 2 + 1]) if estimate else []
-    z = NormalDist().inv_cdf(0.5 + confidence / 2)
-    c = int(math.floor(total / 2 - z * math.sqrt(total * (n + m + 1) / 12)))
-    bounds = [c, total + 1 - c] if c >= 1 else []
-    values = _kth_differences(xs, ys, middle + bounds)
-    shift = sum(values[:len(middle)]) / len(middle) if middle else math.nan
-    if not bounds:
-        return shift, -math.inf, math.inf
-    return shift, values[-2], values[-1]
-
-
 def benjamini_hochberg(p_values: list[Optional[float]]) -> list[Optional[float]]:
     """q-values (BH step-up adjusted p-values) in the same order; None stays None."""
     present = [(p, i) for i, p in enumerate(p_values) if p is not None]
@@ -196,21 +157,23 @@ def mann_whitney_p(x: np.ndarray, y: np.ndarray) -> float:
 
 def compare_samples(a_us: list[float], b_us: list[float], confidence: float = 0.95
                     ) -> tuple[float, float, float, float]:
-    """(ratio of medians B/A, CI low, CI high, Mann–Whitney p) of two sample sets (µs, all > 0); the
-    interval is NaN when the samples are too few for one."""
+    """(ratio B/A, CI low, CI high, Mann–Whitney p) of two sample sets (µs, all > 0). The ratio and the
+    interval are the Hodges–Lehmann shift of the log times and its interval, exponentiated, so
+    low <= ratio <= high. The interval is NaN when the samples are too few for one."""
     a, b = np.asarray(a_us, dtype=float), np.asarray(b_us, dtype=float)
     if not (np.all(a > 0) and np.all(b > 0)):
         raise ValueError("samples must be positive times")
     la, lb = np.log(a), np.log(b)
-    _, lo, hi = hodges_lehmann(la, lb, confidence, estimate=False)
-    ratio = float(np.median(b) / np.median(a))
+    shift, lo, hi = hodges_lehmann(la, lb, confidence)
+    ratio = math.exp(shift)
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return ratio, math.nan, math.nan, mann_whitney_p(la, lb)
     return ratio, math.exp(lo), math.exp(hi), mann_whitney_p(la, lb)
 
 
 def _verdict(lo: float, hi: float, q: float, min_effect: float, alpha: float) -> Verdict:
-    """NaN bounds (no interval) compare false everywhere: `ambiguous`."""
+    """NaN bounds (no interval) compare false everywhere: `ambiguous`. `min_effect` is the band a
+    difference must leave: --min-effect, or wider where a condition neither run controlled widens it."""
     if hi < 1 - min_effect and q < alpha:
         return "faster"
     if lo > 1 + min_effect and q < alpha:
@@ -291,65 +254,6 @@ def _run_launch_gap_flag(run_a: dict[str, Any], run_b: dict[str, Any]) -> Option
             f"carry it, busy times do not: --metric busy compares without it)")
 
 
-def _row_flags(a: Row, b: Row, metric: Headline = "span") -> list[str]:
-    flags: list[Optional[str]] = []
-    for side, row in (("A", a), ("B", b)):
-        m = row.measured
-        if row.conditions is not None and row.conditions.capped:
-            flags.append(f"clock capped in {side}")
-        if m is not None and m.l2_verified is False:
-            flags.append(f"L2 state not verified in {side}")
-        if row.ran is not None and row.ran.perturbed:
-            flags.append(f"perturbed by ncu in {side}")
-        if m is not None and m.timing is not None and m.timing.host_gaps_included:
-            flags.append(f"host gaps included in {side}")
-    ma, mb = a.measured, b.measured
-    if ma is not None and mb is not None:
-        flags += [_differs("timing methods", ma.method, mb.method), _differs("clocks", ma.clock, mb.clock),
-                  _differs("L2 states", ma.l2_state, mb.l2_state)]
-    if metric == "span":
-        flags.append(_launch_gap_flag(a, b))
-    wa, wb = a.worker, b.worker
-    if wa is not None and wb is not None:
-        flags.append(_differs("GPUs", wa.name, wb.name) or _differs("GPU UUIDs", wa.uuid, wb.uuid))
-    flags.append(_differs("backends", a.backend, b.backend))
-    return [f for f in flags if f]
-
-
-def _launch_gap_us(row: Row) -> Optional[float]:
-    """The launch-gap level of the worker that timed the row (None: a row from before the probe, or
-    one of a mode that does not read it)."""
-    m = row.measured
-    return m.timing.launch_gap_us if m is not None and m.timing is not None else None
-
-
-def _kernel_boundaries(row: Row) -> Optional[int]:
-    """Kernel boundaries inside one call (kernels per call − 1), from the row's kernel breakdown."""
-    profile = row.ran.profile if row.ran is not None else None
-    if profile is None or not profile.kernels:
-        return None
-    return max(0, round(profile.kernels_per_call) - 1)
-
-
-def _launch_gap_flag(a: Row, b: Row) -> Optional[str]:
-    """A multi-kernel call timed by two workers whose launch-gap levels differ: its span moves by about
-    boundaries × the difference whatever the op did, and its busy time does not (measure/launch_gap.py).
-    B's kernel count where it has one (A's otherwise); a graph replay has no launch gaps to carry."""
-    gap_a, gap_b = _launch_gap_us(a), _launch_gap_us(b)
-    if gap_a is None or gap_b is None or abs(gap_b - gap_a) <= LAUNCH_GAP_STEP_US:
-        return None
-    if any(r.measured is not None and "cuda_graph" in (r.measured.method or "") for r in (a, b)):
-        return None
-    boundaries = _kernel_boundaries(b)
-    if boundaries is None:
-        boundaries = _kernel_boundaries(a)
-    if not boundaries:
-        return None
-    shift_us = boundaries * (gap_b - gap_a)
-    return (f"launch-gap levels differ: {gap_a:.2f} vs {gap_b:.2f} µs a kernel boundary; over {boundaries} "
-            f"boundaries about {shift_us:+.1f} µs of span (busy time does not carry it)")
-
-
 # --- documents ------------------------------------------------------------------------------------
 
 def _samples(row: Optional[Row], metric: Headline) -> list[float]:
@@ -390,33 +294,71 @@ def compare_documents(doc_a: dict[str, Any], doc_b: dict[str, Any], *, min_effec
         stats.append(compare_samples(sa, sb, 1 - alpha) if _usable(sa) and _usable(sb) else None)
     qs = benjamini_hochberg([s[3] if s else None for s in stats])
     cases = []
+    not_controlled: list[Optional[str]] = []
     for key, s, q in zip(keys, stats, qs, strict=True):
         a, b = rows_a.get(key), rows_b.get(key)
         some = a or b
         assert some is not None
         sa, sb = _samples(a, metric), _samples(b, metric)
-        flags = _row_flags(a, b, metric) if a is not None and b is not None else []
+        pair = pair_conditions(a, b, metric)
+        flags = list(pair.flags)
+        numbers: Optional[Verdict] = None
+        why: Optional[str] = None
         if s is None or q is None:
-            why = [f"no ok row with {metric} samples in {side}" if len(x) < 2 else f"a sample <= 0 µs in {side}"
-                   for side, x in (("A", sa), ("B", sb)) if not _usable(x)]
+            flags = [f"no ok row with {metric} samples in {side}" if len(x) < 2 else f"a sample <= 0 µs in {side}"
+                     for side, x in (("A", sa), ("B", sb)) if not _usable(x)] + flags
             verdict: Verdict = "missing"
             ratio = lo = hi = p = None
-            flags = why + flags
         else:
             ratio, lo, hi, p = s
-            verdict = _verdict(lo, hi, q, min_effect, alpha)
+            verdict, numbers, why = _decide(lo, hi, q, min_effect, alpha, pair.uncontrolled)
             if not (math.isfinite(lo) and math.isfinite(hi)):
                 flags.insert(0, "too few samples for an interval")
+            not_controlled.append(pair.not_controlled)
         cases.append(CaseComparison(
             case_key=some.case.key(), label=some.label(), side=key[1],
             a_latency_us=float(np.median(sa)) if sa else None, b_latency_us=float(np.median(sb)) if sb else None,
             ratio=ratio, ci_low=_finite(lo), ci_high=_finite(hi), p_value=p, q_value=q if s else None,
             verdict=verdict, flags=flags, a_samples=len(sa), b_samples=len(sb),
             backend_a=a.backend if a else None, backend_b=b.backend if b else None,
-            case_index_a=a.case_index if a else None, case_index_b=b.case_index if b else None))
+            case_index_a=a.case_index if a else None, case_index_b=b.case_index if b else None,
+            numbers_verdict=numbers, verdict_why=why, conditions=[c.to_json() for c in pair.uncontrolled]))
     run_a, run_b = doc_a.get("run") or {}, doc_b.get("run") or {}
+    run_flags = _run_flags(run_a, run_b, metric)
+    cases = _placement_control(cases, not_controlled, run_flags)
     return Comparison(a=str(run_a.get("id", "A")), b=str(run_b.get("id", "B")), min_effect=min_effect, alpha=alpha,
-                      metric=metric, cases=cases, flags=_run_flags(run_a, run_b, metric))
+                      metric=metric, cases=cases, flags=run_flags)
+
+
+def _decide(lo: float, hi: float, q: float, min_effect: float, alpha: float, conditions: list[Uncontrolled]
+            ) -> tuple[Verdict, Optional[Verdict], Optional[str]]:
+    """(verdict, the numbers' verdict where a condition changed it, why) under the pair's conditions."""
+    decision = decide(lambda band: _verdict(lo, hi, q, band, alpha), min_effect, conditions, "ambiguous")
+    verdict = cast(Verdict, decision.verdict)
+    if not decision.because:
+        return verdict, None, None
+    return verdict, cast(Verdict, decision.numbers_verdict), decision.why
+
+
+def _placement_control(cases: list[CaseComparison], not_controlled: list[Optional[str]],
+                       run_flags: list[str]) -> list[CaseComparison]:
+    """Say where placement was not controlled: once for the comparison when every compared case says
+    the same (two runs of one placement each), else on each case that lacks it."""
+    said = set(not_controlled)
+    if len(said) == 1 and None not in said and not_controlled:
+        run_flags.append(f"{said.pop()}: every compared row was measured at one operand placement "
+                         "(--placements); a difference up to the shape's placement effect (docs/compare.md) "
+                         "is not told apart from a change")
+        return cases
+    compared = iter(not_controlled)
+    out = []
+    for c in cases:
+        if c.verdict == "missing":
+            out.append(c)
+            continue
+        note = next(compared)
+        out.append(c if note is None else replace(c, flags=[*c.flags, note]))
+    return out
 
 
 def _usable(samples: list[float]) -> bool:

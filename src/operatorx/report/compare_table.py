@@ -1,16 +1,20 @@
-"""A `Comparison` as a terminal table or Markdown. Formats only: the verdicts come from compare.py."""
+"""A `Comparison` as a terminal table, Markdown or CSV. Formats only: the verdicts come from compare.py.
+Every flag is written whole in each of them (a cut flag can drop the one condition that matters)."""
 
 from __future__ import annotations
 
-from typing import Optional
+import csv
+import io
+from typing import Any, Optional
 
 from rich.table import Table
 
 from operatorx.report.compare import CaseComparison, Comparison
-from operatorx.report.safe import md_cell, term
+from operatorx.report.safe import csv_cell, md_cell, term
 from operatorx.report.table import fmt
 
-__all__ = ["comparison_table", "comparison_markdown", "comparison_summary"]
+__all__ = ["comparison_table", "comparison_markdown", "comparison_summary", "comparison_csv", "COMPARE_CSV_FIELDS",
+           "case_flags"]
 
 _COLUMNS = (("case", "left"), ("A µs", "right"), ("B µs", "right"), ("B/A [CI]", "right"), ("p", "right"),
             ("q", "right"), ("verdict", "left"), ("flags", "left"))
@@ -32,9 +36,14 @@ def _label(c: CaseComparison) -> str:
     return f"{c.label} ({c.side})" if c.side else c.label
 
 
+def case_flags(c: CaseComparison) -> list[str]:
+    """What the flags column says of a case: why its verdict was held back (when it was), then every flag."""
+    return ([c.verdict_why] if c.verdict_why else []) + list(c.flags)
+
+
 def _cells(c: CaseComparison) -> list[str]:
     return [_label(c), fmt(c.a_latency_us, 2), fmt(c.b_latency_us, 2), _ratio(c), _p(c.p_value), _p(c.q_value),
-            c.verdict, "; ".join(c.flags)]
+            c.verdict, "; ".join(case_flags(c))]
 
 
 def comparison_summary(comp: Comparison) -> str:
@@ -44,7 +53,7 @@ def comparison_summary(comp: Comparison) -> str:
             + ", ".join(f"{n} {v}" for v, n in counts.items()))
 
 
-def comparison_table(comp: Comparison, flag_width: int = 80) -> Table:
+def comparison_table(comp: Comparison) -> Table:
     t = Table(title=term(comparison_summary(comp)), show_lines=False)
     for name, justify in _COLUMNS:
         t.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
@@ -52,7 +61,6 @@ def comparison_table(comp: Comparison, flag_width: int = 80) -> Table:
         cells = [term(x) for x in _cells(c)]
         style = _STYLE.get(c.verdict, "")
         cells[6] = f"[{style}]{c.verdict}[/{style}]" if style else c.verdict
-        cells[7] = cells[7][:flag_width]
         t.add_row(*cells)
     return t
 
@@ -66,3 +74,23 @@ def comparison_markdown(comp: Comparison) -> str:
               "|" + "|".join("---:" if j == "right" else "---" for _, j in _COLUMNS) + "|"]
     lines += ["| " + " | ".join(md_cell(x) for x in _cells(c)) + " |" for c in comp.cases]
     return "\n".join(lines) + "\n"
+
+
+COMPARE_CSV_FIELDS = ["case_key", "label", "side", "case_index_a", "case_index_b", "backend_a", "backend_b",
+                      "a_latency_us", "b_latency_us", "a_samples", "b_samples", "ratio", "ci_low", "ci_high",
+                      "p_value", "q_value", "verdict", "numbers_verdict", "verdict_why", "flags"]
+
+
+def comparison_csv(comp: Comparison) -> str:
+    """One line per case; `flags` holds every flag, joined by `; `. The comparison's own flags come first,
+    as lines whose `label` is `(comparison)`."""
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=COMPARE_CSV_FIELDS, extrasaction="ignore")
+    w.writeheader()
+    for flag in comp.flags:
+        w.writerow({"label": "(comparison)", "flags": csv_cell(flag)})
+    for c in comp.cases:
+        line: dict[str, Any] = {k: v for k, v in c.to_json().items() if k in COMPARE_CSV_FIELDS}
+        line["flags"] = "; ".join(c.flags)
+        w.writerow({k: csv_cell(v) for k, v in line.items()})
+    return buf.getvalue()

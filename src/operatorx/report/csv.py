@@ -4,6 +4,9 @@ Every cell goes through `safe.csv_cell`: text that a spreadsheet would run as a 
 neutralised, and `sources` is a JSON list (a source containing `;` or `,` splits back exactly).
 A/B runs (run kind `ab`) fill the a_/b_ columns from each row's A/B result, on the device clock
 when it was measured, else the host clock; `latency_us` stays empty there (two sides, no one number).
+`diff_us` is the paired median difference B−A (Hodges–Lehmann, run/ab_stats.py); `verdict_why`
+says when a condition neither side controlled held the verdict back.
+`notes` is every note the terminal table gives the row (report/table.py: `row_notes`), whole.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ __all__ = ["CSV_FIELDS", "document_csv"]
 CSV_FIELDS = ["case_index", "type", "label", "m", "n", "k", "tokens", "scheme", "backend", "side", "status",
               *(metric.key for metric in SHOWN), "rank_local", "method", "clock", "checked", "error_kind", "message",
               "sources", "ab_clock", "a_latency_us", "b_latency_us", "diff_us", "ci_low_us", "ci_high_us",
-              "verdict"]
+              "verdict", "verdict_why", "notes"]
 
 
 def _scheme(row: dict[str, Any]) -> Optional[str]:
@@ -52,8 +55,21 @@ def _ab(metrics: dict[str, Any]) -> dict[str, Any]:
         if isinstance(d, dict):
             return {"ab_clock": clock, "a_latency_us": d.get("a_us"), "b_latency_us": d.get("b_us"),
                     "diff_us": d.get("diff_us"), "ci_low_us": d.get("ci_low_us"), "ci_high_us": d.get("ci_high_us"),
-                    "verdict": d.get("verdict")}
+                    "verdict": d.get("verdict"), "verdict_why": d.get("verdict_why")}
     return {}
+
+
+def _notes(row: dict[str, Any]) -> Optional[str]:
+    """The row's notes as the terminal table gives them, joined by `; `; none for a row this version
+    cannot read (its other cells still say what it holds)."""
+    from pydantic import ValidationError
+
+    from operatorx.report.table import row_note
+
+    try:
+        return row_note(row) or None
+    except (ValidationError, ValueError, KeyError, TypeError):
+        return None
 
 
 def document_csv(doc: dict[str, Any]) -> str:
@@ -72,7 +88,7 @@ def document_csv(doc: dict[str, Any]) -> str:
             "rank_local": _rank_local(m), "method": m.get("method"), "clock": m.get("clock"),
             "checked": check.get("checked", True) if isinstance(check, dict) else None,
             "error_kind": row.get("error_kind"), "message": row.get("message"),
-            "sources": list(row["op"].get("sources") or []), **_ab(m),
+            "sources": list(row["op"].get("sources") or []), **_ab(m), "notes": _notes(row),
         }
         w.writerow({k: csv_cell(v) for k, v in line.items()})
     return buf.getvalue()

@@ -39,7 +39,7 @@ def column_options(name: str) -> dict[str, Any]:
     """`add_column` keyword arguments for a column of this name."""
     if name in NO_WRAP_COLUMNS:
         return {"no_wrap": True}
-    if name in ("note", "outputs", "message", "output vs public"):
+    if name in ("note", "outputs, notes", "outputs", "message", "output vs public"):
         return {"overflow": "fold", "ratio": 3, "min_width": 16}
     if name == "case":
         return {"overflow": "fold", "ratio": 2, "min_width": 10}

@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from operatorx import result as rm
+from operatorx.result_ranks import RankLine, Ranks
 
 __all__ = ["metrics_markdown", "DOC_PATH", "main"]
 
@@ -53,6 +54,25 @@ multi-kernel case timed at two levels. Two timings by the same worker agree with
 over the accuracy set); between two runs, compare multi-kernel calls by busy time, which carries no
 such level.
 
+**Where the operands lie.** The same kernel on the same data can take several % longer at one
+device address than at another (a bf16 256x4096x4096 GEMM: 15.2 to 16.9 µs over three placements
+on the H200). One run's allocator puts a case's tensors at one address, so two runs that allocate in
+another order (with and without `--host`, two builds) can disagree on single-kernel cases by up to
+12%. `--placements N` prepares each case N times at other addresses and reports the median over
+them (`placement` below); with 3, the same pair of runs agrees within 1% at p95 (docs/benchmarks.md
+§25). It costs N-fold timing, so sweeps default to 1 and `ab` to 3; `results compare` says when
+placement was not controlled, and neither `ab` nor `compare` calls a difference inside the
+placement spread faster or slower.
+
+**Verdicts.** `results compare` and `ab` take one estimator for the point and its interval, so the point
+always lies inside it: the Hodges–Lehmann shift, of log times between two runs (B/A: the median of
+every pairwise ratio) and of the paired batch differences in an A/B (B−A: the paired median
+difference, the median of their pairwise averages). A difference that a condition neither side
+controlled could cause by itself is never `faster` or `slower`. The placement spread and a
+launch-gap level difference widen the band the difference must leave; CPU contention holds both
+verdicts back. The output names the condition (`verdict_why`, docs/compare.md). Every note a table
+gives a row goes with it, whole, into the compare output, the pages and the exports.
+
 **What the profiler adds.** In `kernels` and `graph` mode CUPTI records every kernel, and that
 recording lengthens a multi-kernel call on the GPU. On the H200, one 10-kernel FP8 call ran 2-4%
 longer with recording on than paused in the same process, a 9-kernel one 1%, and a chain of tiny
@@ -68,12 +88,13 @@ _SECTIONS: tuple[tuple[str, str, type[BaseModel]], ...] = (
     ("What ran", "Row.ran", rm.WhatRan),
 )
 _ROW_KEYS = ("scheme", "check", "host", "case_seconds", "worker", "extra", "rank_local", "traceback", "memory",
-             "worker_stderr_tail", "failures", "ab")
+             "worker_stderr_tail", "failures", "ab", "ranks", "placement")
 _PARTS: tuple[tuple[str, type[BaseModel]], ...] = (
     ("`summary_us`", rm.Summary), ("`warmup`", rm.Warmup), ("`timing`", rm.TimingInfo), ("`peak`", rm.Peak),
     ("`telemetry`", rm.Telemetry), ("`profile`", rm.KernelProfile), ("`profile.kernels[]`", rm.Kernel),
     ("`check`", rm.CheckResult), ("`host`", rm.HostTime), ("`case_seconds`", rm.CaseSeconds),
     ("`worker`", rm.WorkerDevice), ("`memory`", rm.MemoryCheck),
+    ("`ranks`", Ranks), ("`ranks.per_rank[]`", RankLine), ("`placement`", rm.Placement),
 )
 
 
@@ -123,8 +144,9 @@ def metrics_markdown() -> str:
               "does not know are kept as they came (`Row.other`).", ""]
     lines += [*_table([("backend_meta" if k == "extra" else k, row_fields[k]) for k in _ROW_KEYS]), ""]
     lines += ["## Inside the objects", "",
-              "Objects marked open (`timing`, `telemetry`, `profile`, `host`, ...) keep keys their "
-              "measuring code adds beyond these.", ""]
+              "Objects marked open (`telemetry`, `profile`, ...) keep keys their measuring code adds beyond "
+              "these. The others are closed: a new row with a key not listed here is refused, while a stored "
+              "document's keys from an earlier version load and are kept as they came.", ""]
     for title, model in _PARTS:
         open_part = issubclass(model, rm.OpenPart)
         lines += [f"### {title}{' (open)' if open_part else ''}", "", *_table(list(model.model_fields.items())), ""]

@@ -20,7 +20,8 @@ from operatorx.report.safe import term
 from operatorx.result import Headline, Row
 from operatorx.shown import SHOWN_BY_KEY
 
-__all__ = ["rows_table", "layers_table", "fmt", "row_cells", "row_columns", "row_note", "as_rows", "RowLike"]
+__all__ = ["rows_table", "layers_table", "fmt", "row_cells", "row_columns", "row_note", "row_notes", "as_rows",
+           "RowLike"]
 
 RowLike = Union[Row, dict[str, Any]]
 _STATUS_STYLE = {"ok": "green", "unsupported": "yellow", "error": "red", "missing": "magenta"}
@@ -56,6 +57,12 @@ def _kernels_note(r: Row) -> str:
 
 def row_note(r: RowLike, headline: Headline = "span") -> str:
     """The row's notes, joined: the reason it did not run, and everything to know about its number."""
+    return "; ".join(row_notes(r, headline))
+
+
+def row_notes(r: RowLike, headline: Headline = "span") -> list[str]:
+    """The row's notes, each whole: the one list that the terminal table, Markdown, CSV, the compare
+    output and the pages all show, so a flag seen in one place is never missing from another."""
     row = r if isinstance(r, Row) else Row.from_json(r)
     notes: list[str] = []
     if row.status == "missing":
@@ -71,7 +78,7 @@ def row_note(r: RowLike, headline: Headline = "span") -> str:
         notes.append("host: " + host.warnings[0])
     m = row.measured
     if row.status != "ok" or m is None:
-        return "; ".join(notes)
+        return notes
     if row.check is not None and row.check.checked is False:
         notes.append("output not checked")
     if m.clock == "host":
@@ -92,7 +99,7 @@ def row_note(r: RowLike, headline: Headline = "span") -> str:
     if ran is not None and ran.perturbed:
         notes.append("perturbed (ncu)")
     if ran is not None and ran.profile_error:
-        notes.append(f"profile failed: {ran.profile_error[:80]}")
+        notes.append(f"profile failed: {ran.profile_error}")
     timing = m.timing
     if timing is not None and timing.host_gaps_included:
         notes.append("host gaps included (op waits on host)")
@@ -107,7 +114,7 @@ def row_note(r: RowLike, headline: Headline = "span") -> str:
     elif noise is not None and (m.stop_reason == "time_cap"
                                 or (m.stop_reason == "max_samples" and target is not None and not noise <= target)):
         notes.append(f"median ±{100 * noise:.1f}%")
-    return "; ".join(notes)
+    return notes
 
 
 def row_columns(rows: Iterable[RowLike], headline: Headline = "span") -> list[tuple[str, str]]:

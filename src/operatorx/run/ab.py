@@ -8,7 +8,8 @@ allocator and import state by more than the few µs an A/B is usually about. Her
 3. host time: batches of A and B alternate (A,B then B,A ...), measure/host_time.py;
 4. device time (CUDA): rounds of batches timed by the run's device timer (kernel-level by
    default, with its L2 flush and spin), alternating the same way; one median per side per round;
-5. per clock, the paired difference with a bootstrap interval and a verdict (run/ab_stats.py).
+5. per clock, the paired median difference (Hodges–Lehmann) with its interval and a verdict, which
+   a number that includes contended batches, or the placement spread, holds back (run/ab_stats.py).
 Inputs are the same when both sides build them from the case seed (the torch backend does;
 user code does with `gemm_inputs`); the output comparison shows whether they did.
 """
@@ -24,11 +25,14 @@ from operatorx.backends import Prepared
 from operatorx.measure.activity import activity_paused
 from operatorx.measure.host_time import HostTimeSettings, HostTiming
 from operatorx.measure.settings import TimingSettings
+from operatorx.run.ab_placement import ab_placements
 from operatorx.run.ab_spec import Side
 from operatorx.run.ab_stats import paired_difference
 from operatorx.run.case import prepare_and_check
 from operatorx.run.compare import compare_outputs
+from operatorx.run.placements import add_placements
 from operatorx.spec import Case
+from operatorx.uncontrolled import cpu_contention
 
 __all__ = ["ABSettings", "ABResult", "run_ab_case"]
 
@@ -46,8 +50,13 @@ class ABSettings:
     """A difference below this fraction of A's time gets the verdict `same` even when resolved."""
     cpu_max_gflop: float = 50.0
     """On the CPU device, larger cases are unsupported (as in `run`)."""
+    placements: int = 3
+    """CUDA: copies of each side at other device addresses (run/placements.py); the device rounds
+    cycle over them, and a difference within their spread is never called faster or slower."""
 
     def __post_init__(self) -> None:
+        if not 1 <= self.placements <= 8:
+            raise ValueError(f"ab: --placements must be 1..8, got {self.placements}")
         if self.device_rounds < 6 or self.device_round_calls < 1:
             raise ValueError("ab: device_rounds must be >= 6 (fewer pairs cannot reach a 95% verdict) "
                              "and device_round_calls >= 1")
@@ -91,10 +100,12 @@ def _prepare(side: Side, case: Case, device: str, settings: ABSettings,
     return mine[0], info
 
 
-def _device_rounds(fns: dict[str, Callable[[], Any]], sides: dict[str, Side], settings: ABSettings,
+def _device_rounds(fns: dict[str, list[Callable[[], Any]]], sides: dict[str, Side], settings: ABSettings,
                    device: str) -> tuple[dict[str, list[float]], str]:
     """CUDA: per round, one timed batch per side (the run's timer) in alternating order; the batch
-    medians, and the timer's method (what the rows say was used)."""
+    medians, and the timer's method (what the rows say was used). Round i times each side's
+    placement i mod N (run/placements.py), so every pair is taken at one placement per side and the
+    pairs cycle over them."""
     from dataclasses import replace
 
     import torch
@@ -110,15 +121,17 @@ def _device_rounds(fns: dict[str, Callable[[], Any]], sides: dict[str, Side], se
                              min_samples=n, max_samples=n, batch_size=n, noise_target=0.0, max_time_s=1e9,
                              throttle_retries=0, rested_call_s=0.0)   # each round alike: no rest decided per round
     timer = device_timer(round_settings, info.l2_bytes, telemetry.max_sm_clock_hz())
-    for name, fn in fns.items():
+    for name, copies in fns.items():
         with sides[name].context():
-            warmup(fn, torch.cuda.synchronize, settings.timing)
+            for fn in copies:
+                warmup(fn, torch.cuda.synchronize, settings.timing)
     names = list(fns)
     medians: dict[str, list[float]] = {name: [] for name in names}
     for i in range(settings.device_rounds):
         for name in (names if i % 2 == 0 else names[::-1]):
             with sides[name].context():
-                medians[name].append(timer.measure(fns[name]).latency_us)
+                copies = fns[name]
+                medians[name].append(timer.measure(copies[i % len(copies)]).latency_us)
     return medians, str(timer.method)
 
 
@@ -149,20 +162,38 @@ def run_ab_case(case: Case, a: Side, b: Side, device: str, settings: ABSettings)
         around = {name: side.context for name, side in sides.items()}
         with activity_paused():         # host time without CUPTI's per-call tracing cost
             host = HostTiming(settings.host, device).measure_interleaved(fns, around=around)
+        contended = [n for n, m in host.items() if m.details.cpu_contended]
+        # Paired and interleaved, the two sides share the load, and a contended round is dropped whole:
+        # only a number that kept contended batches (no clean round was left) is held back.
+        kept = [n.upper() for n, m in host.items() if m.details.contended_batches_kept > 0]
+        contention = [cpu_contention(kept, "the number includes batches that waited for a CPU")] if kept else []
         diff = paired_difference(host["a"].samples_us, host["b"].samples_us, settings.confidence,
-                                 settings.same_within_rel)
+                                 settings.same_within_rel, contention)
         result.host = {**diff.to_json(), "batch_us_per_call": {n: m.samples_us for n, m in host.items()},
                        "iqr_us": {n: m.summary["iqr"] for n, m in host.items()},
-                       "batch_calls": host["a"].details["batch_calls"],
-                       "rounds_dropped": host["a"].details.get("rounds_dropped", 0),
-                       "warnings": {n: m.details["warnings"] for n, m in host.items() if m.details["warnings"]},
-                       "gpu_paced": {n: m.details["gpu_paced"] for n, m in host.items()}}
+                       "batch_calls": host["a"].details.batch_calls,
+                       "rounds_dropped": host["a"].details.rounds_dropped,
+                       "warnings": {n: m.details.warnings for n, m in host.items() if m.details.warnings},
+                       "gpu_paced": {n: m.details.gpu_paced for n, m in host.items()},
+                       "cpu_contended": {n: n in contended for n in host}}
         if device == "cuda":
-            rounds, method = _device_rounds(fns, sides, settings, device)
-            dd = paired_difference(rounds["a"], rounds["b"], settings.confidence, settings.same_within_rel)
+            copies = {name: [fn] for name, fn in fns.items()}
+            fewer: dict[str, str] = {}
+            if settings.placements > 1:
+                for name, side in sides.items():
+                    with side.context():
+                        placed = add_placements(side.backend(case.type), case, device,  # type: ignore[arg-type]
+                                                prepared[name], settings.placements, held)
+                    copies[name] = placed.fns()
+                    if placed.fewer_why:
+                        fewer[name] = placed.fewer_why
+            rounds, method = _device_rounds(copies, sides, settings, device)
+            spread = ab_placements(rounds, {name: len(c) for name, c in copies.items()}, settings.placements, fewer)
+            dd = paired_difference(rounds["a"], rounds["b"], settings.confidence, settings.same_within_rel,
+                                   spread.conditions())
             result.device = {**dd.to_json(), "round_median_us": rounds,
                              "round_calls": settings.device_round_calls, "method": method,
-                             "l2_state": settings.timing.l2_state}
+                             "l2_state": settings.timing.l2_state, "placement": spread.to_json()}
         else:
             result.device = None
             result.sides["note"] = "CPU device: no separate device clock; host time is the whole call"

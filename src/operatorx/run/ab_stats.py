@@ -1,18 +1,26 @@
 """The A/B statistic: the paired difference of batch values, its confidence interval, a verdict.
 
-Batches of A and B are taken in alternating order, batch i of A next to batch i of B, so a
-drift (clocks, load, another process) moves both: the pairs are compared, not two pools. The
-interval is a percentile bootstrap of the median paired difference (no normality assumed;
-batch values are skewed by preemption); a Wilcoxon signed-rank p-value is given beside it.
+Batches of A and B are taken in alternating order, batch i of A next to batch i of B, so a drift
+(clocks, load, another process) moves both. The pairs are compared, not two pools. One estimator
+gives the point and the interval, so the point always lies inside it (shift.py): the point is the
+Hodges–Lehmann estimate of the paired differences d (the median of their Walsh averages; the
+"paired median difference B−A"), and the interval is two order statistics of the same averages from
+the Wilcoxon signed-rank distribution. No normality is assumed (batch values are skewed by
+preemption), and the same batches always give the same interval. The Wilcoxon signed-rank p-value is
+given beside it. Conditions the run did not control (CPU contention, the placement spread) hold a
+verdict back as operatorx/uncontrolled.py says.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 import numpy as np
+
+from operatorx.shift import paired_hodges_lehmann
+from operatorx.uncontrolled import Uncontrolled, decide
 
 __all__ = ["Difference", "paired_difference", "min_pairs"]
 
@@ -27,8 +35,8 @@ def min_pairs(confidence: float) -> int:
 class Difference:
     a_us: float                 # median of A's batch values
     b_us: float
-    diff_us: float              # median of (b_i - a_i): > 0 means B takes longer
-    ci_low_us: float
+    diff_us: float              # the paired median difference B−A (Hodges–Lehmann): > 0 means B takes longer
+    ci_low_us: float            # its interval, from the same Walsh averages: ci_low_us <= diff_us <= ci_high_us
     ci_high_us: float
     confidence: float
     rel_diff: float             # diff_us / a_us
@@ -36,23 +44,17 @@ class Difference:
     pairs: int
     verdict: str                # "faster", "slower", "same" or "inconclusive": B relative to A
     same_within_rel: float
+    estimate: str = "paired_hodges_lehmann"
+    """What diff_us is: the median of the Walsh averages of the paired differences."""
+    numbers_verdict: Optional[str] = None
+    """The verdict of the numbers alone, set only where an uncontrolled condition changed it."""
+    verdict_why: Optional[str] = None
+    """Which conditions changed the verdict, in words."""
+    conditions: list[dict[str, Any]] = field(default_factory=list)
+    """The uncontrolled conditions of this clock (`Uncontrolled.to_json()`): kind, text, band_rel."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def _ci(d: np.ndarray, confidence: float, seed: int) -> tuple[float, float]:
-    if d.size < 3 or float(np.ptp(d)) == 0.0:
-        return float(np.min(d)), float(np.max(d))
-    import inspect
-
-    from scipy.stats import bootstrap
-
-    gen = np.random.default_rng(seed)
-    seeded = {"rng": gen} if "rng" in inspect.signature(bootstrap).parameters else {"random_state": gen}  # <1.15
-    res = bootstrap((d,), np.median, confidence_level=confidence, n_resamples=4000, method="percentile",
-                    vectorized=True, axis=-1, **seeded)
-    return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
 def _p_value(d: np.ndarray) -> Optional[float]:
@@ -67,34 +69,43 @@ def _p_value(d: np.ndarray) -> Optional[float]:
 
 
 def paired_difference(a_us: Sequence[float], b_us: Sequence[float], confidence: float = 0.95,
-                      same_within_rel: float = 0.01, seed: int = 0) -> Difference:
+                      same_within_rel: float = 0.01, conditions: Sequence[Uncontrolled] = ()) -> Difference:
     """B against A from paired batch values (same length, batch i of each taken together).
 
-    Verdict: `slower` when the whole interval lies above zero and the median difference exceeds
-    `same_within_rel` of A's median (differences smaller than that are not worth a verdict);
-    `faster` the mirror image; `same` when the whole interval lies within that band;
-    `inconclusive` otherwise (the interval spans zero, or reaches past the band while the median
-    stays inside it: too noisy to say — more batches, or a quieter machine), and always when there
-    are fewer pairs than `min_pairs(confidence)`.
+    The verdict against a band of `same_within_rel` of A's median (a smaller difference is not
+    worth a verdict):
+    - `slower` when the whole interval lies above zero and the difference exceeds the band;
+    - `faster`, the mirror image;
+    - `same` when the whole interval lies within the band;
+    - `inconclusive` otherwise: the interval spans zero, or it reaches past the band while the point
+      stays inside it. Too noisy to say: take more batches, or use a quieter machine. It is also
+      `inconclusive` whenever there are fewer pairs than `min_pairs(confidence)`.
+    `conditions` (uncontrolled.py) widen the band or hold `faster`/`slower` back, and the result
+    says which did.
     """
     a, b = np.asarray(a_us, dtype=np.float64), np.asarray(b_us, dtype=np.float64)
     if a.shape != b.shape or a.size == 0:
         raise ValueError(f"paired batches: {a.size} vs {b.size}")
     d = b - a
-    diff = float(np.median(d))
-    low, high = _ci(d, confidence, seed)
+    diff, low, high = paired_hodges_lehmann(d, confidence)
     a_med = float(np.median(a))
-    threshold = same_within_rel * abs(a_med)
-    if d.size < min_pairs(confidence):
-        verdict = "inconclusive"
-    elif low > 0 and diff > threshold:
-        verdict = "slower"
-    elif high < 0 and -diff > threshold:
-        verdict = "faster"
-    elif -threshold <= low and high <= threshold:
-        verdict = "same"
-    else:
-        verdict = "inconclusive"
+
+    def verdict_within(band_rel: float) -> str:
+        threshold = band_rel * abs(a_med)
+        if d.size < min_pairs(confidence):
+            return "inconclusive"
+        if low > 0 and diff > threshold:
+            return "slower"
+        if high < 0 and -diff > threshold:
+            return "faster"
+        if -threshold <= low and high <= threshold:
+            return "same"
+        return "inconclusive"
+
+    decision = decide(verdict_within, same_within_rel, conditions, "inconclusive")
     return Difference(a_us=a_med, b_us=float(np.median(b)), diff_us=diff, ci_low_us=low, ci_high_us=high,
                       confidence=confidence, rel_diff=diff / a_med if a_med else float("nan"),
-                      p_value=_p_value(d), pairs=int(d.size), verdict=verdict, same_within_rel=same_within_rel)
+                      p_value=_p_value(d), pairs=int(d.size), verdict=decision.verdict,
+                      same_within_rel=same_within_rel,
+                      numbers_verdict=decision.numbers_verdict if decision.because else None,
+                      verdict_why=decision.why, conditions=[c.to_json() for c in conditions])

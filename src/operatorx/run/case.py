@@ -16,7 +16,8 @@ from operatorx.backends.refusal import library_refusal
 from operatorx.measure import Measurement, NotMeasurable
 from operatorx.measure import Telemetry as TelemetryReader
 from operatorx.measure.loop import GiveUp
-from operatorx.measure.retry import measure_with_retries
+from operatorx.measure.placed import measure_placed
+from operatorx.measure.record import TimerRecord
 from operatorx.platform import DeviceInfo, Peaks, compute_class
 from operatorx.result import (
     CaseSeconds,
@@ -26,6 +27,7 @@ from operatorx.result import (
     HostTime,
     Measured,
     Peak,
+    Placement,
     Row,
     Summary,
     Telemetry,
@@ -39,6 +41,7 @@ from operatorx.result import (
 from operatorx.run.case_gate import case_refusal, gate_case
 from operatorx.run.config import RunConfig
 from operatorx.run.faults import classify_message
+from operatorx.run.placements import Placements, add_placements
 from operatorx.spec import Case
 
 __all__ = ["CaseRunner", "Timer", "prepare_and_check"]
@@ -91,7 +94,8 @@ class Timer(Protocol):
     method: str
     flusher: Any
 
-    def measure(self, fn: Any, pause_s: float = 0.0, give_up: Optional[GiveUp] = None) -> Measurement: ...
+    def measure(self, fn: Any, pause_s: float = 0.0,
+                give_up: Optional[GiveUp] = None) -> Measurement[TimerRecord]: ...
 
 
 def _check(check: Check) -> CheckResult:
@@ -176,8 +180,14 @@ class CaseRunner:
             parts = {"check": _check(check), "extra": json_safe(held[0].metadata)} if check is not None else {}
             return status, message, {**parts, **shard}
         prepared = held[0]
+        placements = None
+        if self.config.placements > 1:
+            t0 = time.perf_counter()
+            placements = add_placements(backend, case, self.device.kind, prepared,  # type: ignore[arg-type]
+                                        self.config.placements, held)
+            self._seconds["prepare_check"] += time.perf_counter() - t0
         try:
-            parts = self._measure(case, prepared, index)
+            parts = self._measure(case, prepared, index, placements)
         except NotMeasurable as err:
             return "unsupported", err.reason, {"check": _check(check), "extra": json_safe(prepared.metadata), **shard}
         parts.update(shard)
@@ -205,28 +215,35 @@ class CaseRunner:
             self._free()
         return None
 
-    def _measure(self, case: Case, prepared: Prepared, index: int) -> dict[str, Any]:
-        """The row's measured, rates, conditions and ran parts (by field name), and its backend metadata."""
+    def _measure(self, case: Case, prepared: Prepared, index: int,
+                 placements: Optional[Placements] = None) -> dict[str, Any]:
+        """The row's measured, rates, conditions and ran parts (by field name), and its backend metadata;
+        with placements, the median over them and each one's number."""
         t0 = time.perf_counter()
-        done = measure_with_retries(self.timer, prepared.fn, self.telemetry, self.config.timing)
+        fns = placements.fns() if placements is not None else [prepared.fn]
+        placed = measure_placed(self.timer, fns, self.telemetry, self.config.timing)
+        if placements is not None:
+            placements.drop_pads()
+        done = placed.attempted
         m, telemetry, attempts = done.measurement, done.telemetry, done.attempts
         self._seconds["timing"] = time.perf_counter() - t0
-        details = dict(m.details)
-        busy_samples = details.pop("busy_samples_us", None)
+        record = m.details
+        seen = record.stored()
+        seen.pop("busy_samples_us", None)          # the row keeps them beside samples_us, not in timing
         measured = Measured(
             latency_us=m.latency_us,
-            busy_us=details.get("busy_us_median"),
-            **({"busy_samples_us": busy_samples} if busy_samples is not None else {}),
+            busy_us=record.busy_us_median,
+            **({"busy_samples_us": record.busy_samples_us} if record.busy_samples_us is not None else {}),
             method=m.method,
             clock=m.clock,  # type: ignore[arg-type]
-            l2_state=details.get("l2_state"),
+            l2_state=record.l2_state,
             l2_verified=self.l2_check.get("verified") if self.l2_check else None,
             noise=json_safe(m.summary.get("median_noise")),
             summary_us=Summary.model_validate(json_safe(m.summary)),
             samples_us=m.samples_us,
             warmup=Warmup(calls=m.warmup_calls, seconds=m.warmup_s),
             stop_reason=m.stop_reason,
-            timing=TimingInfo.model_validate(json_safe({**self.config.timing_used(self.device.kind), **details,
+            timing=TimingInfo.model_validate(json_safe({**self.config.timing_used(self.device.kind), **seen,
                                                         **({"launch_gap_us": self.launch_gap_us}
                                                            if self.launch_gap_us is not None else {})})),
         )
@@ -238,6 +255,12 @@ class CaseRunner:
                                      capped=telemetry["capped"]),
             "extra": json_safe(dict(prepared.metadata)),
         }
+        if placements is not None:
+            parts["placement"] = Placement(count=len(fns), requested=placements.requested,
+                                           per_placement_us=placed.per_placement_us,
+                                           per_placement_busy_us=placed.per_placement_busy_us,
+                                           spread_pct=placed.spread_pct, pad_bytes=placements.pad_bytes,
+                                           rounds=placed.rounds, fewer_why=placements.fewer_why)
         if self.device.kind == "cuda":
             t0 = time.perf_counter()
             try:
@@ -248,7 +271,7 @@ class CaseRunner:
             self._seconds["profile"] = time.perf_counter() - t0
         return parts
 
-    def _profile(self, prepared: Prepared, m: Measurement, index: int) -> dict[str, Any]:
+    def _profile(self, prepared: Prepared, m: Measurement[TimerRecord], index: int) -> dict[str, Any]:
         """The per-kernel breakdown, the `--trace` file, and the `--counters` replay (CUDA only)."""
         from operatorx.measure.kernels import export_trace, kernel_breakdown
 

@@ -1,7 +1,8 @@
 """What a run may time of a case: the case itself, one rank's shard of it, or nothing (and why).
 
 A case of an op type this version has no backend for is `unsupported` by name. A split case
-(tp·dp = W > 1) is the whole layer over W ranks: a run that gives each case one device refuses it
+(tp·dp = W > 1) is the whole layer over W ranks: the sweep runs it on W workers as one group
+(run/ranks/); a worker that is handed it alone (one process: `--executor inline`) refuses it
 with the count it needs, never times the unsplit layer under its label; with `--rank-local` the
 run times one rank's shard instead and the row says so (spec/shard.py).
 """
@@ -17,7 +18,7 @@ from operatorx.spec.shard import RankLocal, ShardRefused
 
 __all__ = ["Gate", "gate_case", "case_refusal"]
 
-#: The GPUs one case gets in this version: multi-rank execution is not built yet.
+#: The devices a case handed to one worker gets (a multi-rank case gets its W workers as a group).
 DEVICES_PER_CASE = 1
 
 
@@ -31,13 +32,13 @@ class Gate:
     rank_local: Optional[RankLocal] = None
 
 
-def case_refusal(case: Case) -> Optional[str]:
-    """Why no backend may time this case as it stands (None: it may)."""
+def case_refusal(case: Case, ranks: int = DEVICES_PER_CASE) -> Optional[str]:
+    """Why no backend may time this case as it stands on `ranks` ranks (None: it may)."""
     if not case.implemented:
         return f"op type {case.type} is not implemented yet"
-    if case.world > DEVICES_PER_CASE:
-        return (f"needs tp·dp = {case.world} GPUs of one host; this run has {DEVICES_PER_CASE} (multi-rank cases "
-                "are not built yet; --rank-local times one rank's shard)")
+    if case.world > ranks:
+        return (f"needs tp·dp = {case.world} GPUs of one host; this run has {ranks} (one process runs every case "
+                "here; --rank-local times one rank's shard)")
     return None
 
 

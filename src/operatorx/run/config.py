@@ -19,6 +19,9 @@ __all__ = ["RunConfig", "Executor", "EXECUTORS", "Shard", "parse_shard"]
 Executor = Literal["local", "inline", "ray"]
 EXECUTORS: tuple[Executor, ...] = ("local", "inline", "ray")
 
+MAX_PLACEMENTS = 8
+"""More placements than this cost more than they tell (each holds its own copy of the operands)."""
+
 #: Seconds a worker may take to start (import torch, create the CUDA context, probe the L2 states).
 WORKER_START_TIMEOUT_S = 300.0
 
@@ -86,6 +89,9 @@ class RunConfig:
     rank_local: bool = False
     """Time one rank's shard of each split case (tp·dp > 1) on one device, collectives left out, and
     say so on its row (spec/shard.py); without it such a case is `unsupported` with the GPUs it needs."""
+    placements: int = 1
+    """Time each case at this many operand placements (run/placements.py) and report the median over
+    them: a number that does not depend on where one allocator put the operands. 1: as allocated."""
     recalibrate: bool = False
     """Measure each GPU's peaks again (platform/calibrate.py) instead of reading the cached ones."""
 
@@ -120,6 +126,8 @@ class RunConfig:
             raise ValueError("cpu_max_gb must be > 0")
         if self.executor not in EXECUTORS:
             raise ValueError(f"--executor {self.executor}: use one of {', '.join(EXECUTORS)}")
+        if not 1 <= self.placements <= MAX_PLACEMENTS:
+            raise ValueError(f"--placements must be 1..{MAX_PLACEMENTS}, got {self.placements}")
         if self.workers < 1:
             raise ValueError(f"--workers must be >= 1, got {self.workers}")
         if self.case_timeout_s is not None and not self.case_timeout_s > 0:
@@ -131,12 +139,15 @@ class RunConfig:
 
     def case_deadline_s(self) -> float:
         """How long one case may take before it is stopped: the sampling budget of every capped
-        retry, the host timing, and a generous minute for prepare, check and profile."""
+        retry at each placement, the host timing, and a generous minute for prepare, check and
+        profile (half a minute more for each further placement's prepare)."""
         if self.case_timeout_s is not None:
             return self.case_timeout_s
         t = self.timing
         sampling = (1 + t.throttle_retries) * min(t.max_time_s + 5.0, t.timeout_s)
-        return 60.0 + sampling + (60.0 if self.host else 0.0)
+        if self.placements > 1:             # two rounds of each placement, each with half the time cap
+            sampling = self.placements * (1 + t.throttle_retries) * min(t.max_time_s + 10.0, 2 * t.timeout_s)
+        return 60.0 + 30.0 * (self.placements - 1) + sampling + (60.0 if self.host else 0.0)
 
     def timing_used(self, device_kind: Optional[str]) -> dict[str, Any]:
         """The timing settings a run on `device_kind` really uses: on the CPU the host clock, with no

@@ -8,11 +8,15 @@ call's, because a layer that computes something else says nothing about where ti
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Optional
+
+import numpy as np
 
 from operatorx.backends.base import Prepared
 from operatorx.measure.host_time import HostTimeSettings, HostTiming
 from operatorx.measure.measurement import Measurement
+from operatorx.measure.record import HostTimeRecord
 from operatorx.run.compare import compare_outputs
 
 __all__ = ["host_metrics", "PUBLIC"]
@@ -20,17 +24,46 @@ __all__ = ["host_metrics", "PUBLIC"]
 PUBLIC = "public"
 
 
-#: What the host timer says about batches that lost the CPU (measure/cpu_contention.py), per entry.
-_CONTENTION_KEYS = ("contention_signal", "contended_batches_dropped", "contended_batches_kept", "rounds_dropped",
-                    "cpu_wait_fraction", "cpu_contended", "cpu_contended_why")
+
+STABLE_SPREAD_PCT = 5.0
+"""Batch IQR at most this share of the median: the host time repeats well enough to be compared."""
 
 
-def _entry(m: Measurement) -> dict[str, Any]:
+def host_bound(batch_us: Sequence[float], device_us: float, gpu_paced: bool) -> tuple[Optional[bool], Optional[str]]:
+    """Whether the GPU waits for Python, decided only where the batches agree on it.
+
+    A GPU still behind the host at the end of the batches means the host was ahead: not host-bound,
+    whatever the batches read (they include the wait for a full launch queue, which follows the
+    GPU's clock). Otherwise the answer must hold across the middle half of the batches: all of it
+    above the device time (host-bound), or all below; a device time inside it is no answer."""
+    if gpu_paced:
+        return False, None
+    q25, q75 = (float(v) for v in np.percentile(np.asarray(batch_us, dtype=np.float64), [25, 75]))
+    if q25 > device_us:
+        return True, None
+    if q75 < device_us:
+        return False, None
+    return None, (f"the device time ({device_us:.2f} µs) lies inside the batches' middle half "
+                  f"({q25:.2f}-{q75:.2f} µs per call): the host and the GPU take about as long")
+
+
+def unstable_why(gpu_paced: bool, cpu_contended: bool, spread_pct: float) -> str:
+    """What makes the host batches disagree, where it is known."""
+    if cpu_contended:
+        return f"batch IQR {spread_pct:.1f}% of the median: the batches lost the CPU to other processes"
+    if gpu_paced:
+        return (f"batch IQR {spread_pct:.1f}% of the median: the GPU paced the host (a full launch queue), so "
+                "the batches follow the GPU's clock and power, not Python")
+    return (f"batch IQR {spread_pct:.1f}% of the median, with the GPU ahead and the CPU not contended: the "
+            "host and the GPU take about as long, and batches alternate between waiting and not")
+
+
+def _entry(m: Measurement[HostTimeRecord]) -> dict[str, Any]:
     """One timed entry's numbers, and whether they lost the CPU: the public call and each layer
     are judged alike, so a layer's number never reads as clean when its batches were not."""
     return {"host_us_per_call": m.summary["median"], "iqr_us": m.summary["iqr"],
             "batch_us_per_call": m.samples_us, "summary_us": m.summary,
-            **{k: m.details[k] for k in _CONTENTION_KEYS if k in m.details}}
+            **m.details.contention()}
 
 
 def host_metrics(prepared: Prepared, device_kind: str, settings: HostTimeSettings,
@@ -57,27 +90,34 @@ def host_metrics(prepared: Prepared, device_kind: str, settings: HostTimeSetting
         **_entry(public),
         "method": public.method,
         "settings": settings.to_json(),
-        "batch_calls": public.details["batch_calls"],
+        "batch_calls": public.details.batch_calls,
         "device_us_per_call": device_us_per_call,
-        "warnings": list(public.details["warnings"]),
-        "gpu_paced": public.details["gpu_paced"],
-        "drain_us_median": public.details["drain_us_median"],
+        "warnings": list(public.details.warnings),
+        "gpu_paced": public.details.gpu_paced,
+        "drain_us_median": public.details.drain_us_median,
     }
-    if "batch_calls_reduced_from" in public.details:
+    if public.details.batch_calls_reduced_from is not None:
         out["warnings"].append(f"batch_calls reduced from {settings.batch_calls} to "
-                               f"{public.details['batch_calls']} to fit max_wall_s={settings.max_wall_s:g}")
+                               f"{public.details.batch_calls} to fit max_wall_s={settings.max_wall_s:g}")
     if device_kind != "cuda" or device_us_per_call is None:
         out["host_bound"] = None
         out["host_bound_why"] = "no GPU: host time is the whole call, there is no separate device time"
     else:
-        out["host_bound"] = host_us > device_us_per_call
-        if public.details["gpu_paced"]:
+        out["host_bound"], why = host_bound(public.samples_us, device_us_per_call, public.details.gpu_paced)
+        if why is not None:
+            out["host_bound_why"] = why
+        if public.details.gpu_paced:
             out["warnings"].append("the GPU was still busy at the end of each batch: host time may include "
                                    "launch-queue back-pressure (device-bound at this batch size)")
+    spread = public.summary["iqr"] / host_us * 100 if host_us > 0 else 0.0
+    out["spread_pct"] = spread
+    out["stable"] = spread <= STABLE_SPREAD_PCT
+    if not out["stable"]:
+        out["unstable_why"] = unstable_why(public.details.gpu_paced, public.details.cpu_contended, spread)
     for name, info in layers.items():
         if name in measured:
             info.update(_entry(measured[name]))
-            info["gpu_paced"] = measured[name].details["gpu_paced"]
+            info["gpu_paced"] = measured[name].details.gpu_paced
         elif info.get("same_as") == PUBLIC:
             info.update(_entry(public))
     if layers:

@@ -17,6 +17,8 @@ from operatorx.run.config import RunConfig
 
 if TYPE_CHECKING:
     from operatorx.result import Row
+    from operatorx.run.ranks.assignment import RankAssignment
+    from operatorx.run.ranks.rank_runner import RankResult
     from operatorx.spec import Case
 
 __all__ = ["JobSpec", "ABJob", "Job", "build_job"]
@@ -81,7 +83,7 @@ class _RunJob:
     timer (Triton's first launch waits the same way), the flush buffer's graph capture, the L2
     probe, the launch-gap probe (the process's level, which every row carries: measure/launch_gap.py).
     Built the other way round, the flusher waited out the spin and CUPTI started after it: about a
-    second more per worker (benchmarks §18, §20)."""
+    second more per worker."""
 
     def __init__(self, spec: JobSpec, device_kind: str) -> None:
         from operatorx.measure import HostClockTiming, Telemetry
@@ -176,6 +178,12 @@ class _RunJob:
     def run(self, case: Case, index: int) -> Row:
         return self.runner.run(case, index)
 
+    def run_rank(self, case: Case, index: int, assignment: RankAssignment) -> RankResult:
+        """This worker's rank of a multi-rank case (run/ranks/rank_runner.py)."""
+        from operatorx.run.ranks.rank_runner import run_rank_case
+
+        return run_rank_case(self.runner, case, index, assignment)
+
 
 class _Stopwatch:
     """Seconds of each step of a worker's start (the job's info `startup_s`): a sweep pays them once
@@ -250,11 +258,16 @@ class _ABJob:
     def run(self, case: Case, index: int) -> Row:
         from operatorx.result import Row
         from operatorx.run.ab import run_ab_case
+        from operatorx.run.faults import classify_message
 
         result = run_ab_case(case, self.a, self.b, self.device_kind, self.settings).to_json()
+        message = result.get("message")
+        # an error row has its kind from the start, by the rule the worker applies to a row without one
+        kind = classify_message(message, wrong_result=(message or "").startswith("wrong result")) \
+            if result["status"] == "error" else None
         return Row.model_validate({"case": case, "backend": self.spec.backend_label, "status": result["status"],
-                                   "testlist": self.spec.testlist, "case_index": index,
-                                   "message": result.get("message"), "metrics": {"ab": result}})
+                                   "testlist": self.spec.testlist, "case_index": index, "error_kind": kind,
+                                   "message": message, "metrics": {"ab": result}})
 
 
 def build_job(spec: JobSpec, cpu_share: Optional[int] = None) -> Job:

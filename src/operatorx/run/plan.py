@@ -56,9 +56,9 @@ def estimated_s(case: Case) -> float:
 def longest_first(tasks: list[T], case_of: Callable[[T], Case]) -> list[T]:
     """The tasks whose cases have the longest estimated calls first, the testlist order among equals.
 
-    With several workers pulling from one queue, a run ends when its last case does: on 2 H200s
-    a 7.5 s prefill GEMM near the end of the list kept one GPU busy while the other sat idle
-    (docs/benchmarks.md §12). Handing out the long cases first leaves the short ones to even out
+    With several workers pulling from one queue, a run ends when its last case does: a long prefill
+    GEMM near the end of the list keeps one GPU busy while the others sit idle. Handing out the long
+    cases first leaves the short ones to even out
     the end. With one worker the sweep keeps the testlist order (nothing to balance).
     """
     return sorted(tasks, key=lambda t: -estimated_s(case_of(t)))

@@ -1,7 +1,11 @@
 """Messages between the sweep's parent and a worker process: one JSON object per line.
 
-parent → worker (the worker's stdin):   init {job}, case {index, case, attempt}, stop
-worker → parent (a private pipe):       ready {info}, started {index}, row {index, row, replace}, failed {message}
+parent → worker (the worker's stdin):   init {job}, case {index, case, attempt, rank?}, stop
+worker → parent (a private pipe):       ready {info}, started {index}, row {index, row, replace, rank_result?},
+                                        failed {message}
+
+A case sent with `rank` is one rank of a multi-rank case (run/ranks/assignment.py); every rank
+answers with a `row` (null but on rank 0) and its `rank_result` (run/ranks/worker_side.py).
 
 The worker's own stdout is pointed at its stderr log before any user code runs, so nothing an op
 prints can corrupt this channel.

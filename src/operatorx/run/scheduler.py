@@ -30,6 +30,7 @@ from operatorx.run.faults import KILLS_ALLOWED, RETRIED_KINDS
 from operatorx.run.worker_process import CaseOutcome
 
 if TYPE_CHECKING:
+    from operatorx.run.ranks.gang import GangRunner
     from operatorx.spec import Case
 
 __all__ = ["Task", "SlotLike", "SendsAhead", "Scheduler", "SchedulerEvents", "FinishedCase", "FINISHED_PER_CALL"]
@@ -45,6 +46,10 @@ class Task:
     kills: int = 0
     """Workers this case has killed (timeouts, crashes, poisoned contexts, OOMs)."""
     failures: list[str] = field(default_factory=list)
+    world: int = 1
+    """Workers the case runs on at once: tp·dp of a multi-rank case (run/ranks/), else 1."""
+    split: str = ""
+    """A multi-rank case's split label (`tp2`): cases of one split share a group of workers."""
 
 
 class SlotLike(Protocol):
@@ -80,6 +85,22 @@ class SchedulerEvents(Protocol):
     def slot_failed(self, slot: str, message: str) -> None: ...
 
 
+@dataclass(eq=False)
+class _Gang:
+    """The slots a multi-rank case gathers (rank r on members[r]). It fills as slots free up; a member
+    takes single-rank cases meanwhile (nothing idles while the gang waits for others), and stops
+    taking them once the gang is full; the last member to sit down leads it: it runs the case, then
+    the split's next cases on the same workers, and dissolves the gang."""
+    task: Task
+    members: list[SlotLike] = field(default_factory=list)
+    seated: int = 0
+    done: bool = False
+
+    @property
+    def full(self) -> bool:
+        return len(self.members) >= self.task.world
+
+
 @dataclass
 class _Event:
     kind: str                      # ready, started, finished, slot_failed, slot_done
@@ -94,9 +115,17 @@ class Scheduler:
     """Runs `tasks` on `slots`; `events` sees everything in the calling thread."""
 
     def __init__(self, slots: Sequence[SlotLike], tasks: list[Task], deadline_s: float, grace_s: float,
-                 events: SchedulerEvents, retried_kinds: frozenset[str] = RETRIED_KINDS) -> None:
+                 events: SchedulerEvents, retried_kinds: frozenset[str] = RETRIED_KINDS,
+                 gangs: Optional[GangRunner] = None) -> None:
         self.slots, self.deadline_s, self.grace_s, self.events = list(slots), deadline_s, grace_s, events
         self.retried_kinds = retried_kinds
+        self.gangs = gangs
+        """Runs the multi-rank tasks (world > 1) on gangs of slots; None: every task is single-rank."""
+        self._forming: Optional[_Gang] = None
+        self._member_of: dict[str, _Gang] = {}
+        self._active: dict[str, int] = {}
+        """Full gangs of each split, running or about to."""
+        self._live = len(self.slots)
         self._pending: deque[Task] = deque(tasks)
         self._lock = threading.Condition()
         self._in_flight = 0
@@ -108,28 +137,162 @@ class Scheduler:
         self.interrupted = False
 
     # --- slot threads -------------------------------------------------------------------------
-    def _take(self) -> Optional[Task]:
+    def _pop(self, multi: bool) -> Optional[Task]:
+        """The first waiting task that is multi-rank (`multi`) or single-rank, taken (under the lock)."""
+        for i, task in enumerate(self._pending):
+            if (task.world > 1 and self.gangs is not None) == multi:
+                del self._pending[i]
+                self._in_flight += 1
+                return task
+        return None
+
+    def _take(self, slot: SlotLike) -> Optional[Task | _Gang]:
+        """This slot's next work: a single-rank task, or its full gang to sit down in; None to end.
+
+        A free slot joins the gang that is forming (or starts one for the first multi-rank task
+        waiting), then takes single-rank tasks until its gang is full."""
         with self._lock:
-            while not self._pending and not self._done and not self.stop.is_set():
+            while True:
+                gang = self._member_of.get(slot.name)
+                if gang is not None and gang.full:
+                    return gang                    # sit down even when stopping: its leader gives the case back
+                if self._done or self.stop.is_set():
+                    if gang is not None:
+                        self._leave(gang, slot)
+                    return None
+                if gang is None:
+                    if self._forming is None:
+                        task = self._pop_for_new_gang()
+                        if task is not None:
+                            self._forming = _Gang(task)
+                    gang = self._forming
+                    if gang is not None:
+                        gang.members.append(slot)
+                        self._member_of[slot.name] = gang
+                        if gang.full:
+                            self._forming = None
+                            self._active[gang.task.split] = self._active.get(gang.task.split, 0) + 1
+                        self._lock.notify_all()
+                        continue
+                if gang is not None and gang.task.world > self._live:
+                    self._abandon(gang)
+                    continue
+                single = self._pop(multi=False)
+                if single is not None:
+                    return single
                 self._lock.wait(0.2)
-            if self._done or self.stop.is_set() or not self._pending:
+
+    def _pop_for_new_gang(self) -> Optional[Task]:
+        """The first waiting multi-rank case a new gang should gather for (under the lock). Not one of
+        a split whose running gangs will take every waiting case of it next: those run on the workers
+        that already hold the split's group, where a new gang would cost a group and fresh workers;
+        and none that needs more slots than the full gangs leave (it could only fill from theirs)."""
+        waiting: dict[str, int] = {}
+        for task in self._pending:
+            if task.world > 1:
+                waiting[task.split] = waiting.get(task.split, 0) + 1
+        held = sum(len(g.members) for g in set(self._member_of.values()) if g.full and not g.done)
+        for i, task in enumerate(self._pending):
+            if task.world > 1 and self.gangs is not None and waiting[task.split] > self._active.get(task.split, 0) \
+                    and self._live - held >= task.world:
+                del self._pending[i]
+                self._in_flight += 1
+                return task
+        return None
+
+    def _leave(self, gang: _Gang, slot: SlotLike) -> None:
+        """A stopping slot leaves a gang that is not full; the last to leave gives its case back (under the lock)."""
+        gang.members.remove(slot)
+        self._member_of.pop(slot.name, None)
+        if not gang.members:
+            if self._forming is gang:
+                self._forming = None
+            self._in_flight -= 1
+            self._pending.appendleft(gang.task)
+            self._lock.notify_all()
+
+    def _abandon(self, gang: _Gang) -> None:
+        """Fewer slots live than the gang needs (workers that cannot start): its case ends as a failure."""
+        for member in gang.members:
+            self._member_of.pop(member.name, None)
+        if self._forming is gang:
+            self._forming = None
+        outcome = CaseOutcome(index=gang.task.index, failure="crashed", worker_replaced=False,
+                              detail=f"of a {gang.task.world}-rank case: only {self._live} worker(s) could start")
+        self._events.put(_Event("finished", "", task=gang.task, outcome=outcome))
+        self._lock.notify_all()
+
+    def _sit(self, gang: _Gang) -> None:
+        """Wait in a full gang until every member is free; the last one leads it."""
+        with self._lock:
+            gang.seated += 1
+            if gang.seated < len(gang.members):
+                while not gang.done:
+                    self._lock.wait(0.2)
+                return
+        try:
+            self._lead(gang)
+        finally:
+            with self._lock:
+                gang.done = True
+                self._active[gang.task.split] -= 1
+                for member in gang.members:
+                    self._member_of.pop(member.name, None)
+                self._lock.notify_all()
+
+    def _pop_split(self, split: str, world: int) -> Optional[Task]:
+        """The next waiting case of this split and world, for the gang that just ran one."""
+        with self._lock:
+            if self.stop.is_set():
                 return None
-            self._in_flight += 1
-            return self._pending.popleft()
+            for i, task in enumerate(self._pending):
+                if task.world == world and task.split == split:
+                    del self._pending[i]
+                    self._in_flight += 1
+                    return task
+        return None
+
+    def _lead(self, gang: _Gang) -> None:
+        """Run the gang's case, then the split's next cases on the same workers; then dissolve it."""
+        assert self.gangs is not None
+        members = gang.members
+        label = "+".join(m.name for m in members)
+        task: Optional[Task] = gang.task
+        try:
+            while task is not None:
+                if self.stop.is_set():
+                    self._give_back(task)
+                    break
+                for member in members:
+                    self._events.put(_Event("started", member.name, task=task))
+                try:
+                    outcome = self.gangs.run(members, task, self.deadline_s, self.stop,  # type: ignore[arg-type]
+                                             lambda name, info: self._events.put(_Event("ready", name, info=info)))
+                except BaseException as err:  # noqa: BLE001 - the gang's own failure is this case's row, never a hang
+                    outcome = CaseOutcome(index=task.index, failure="crashed", worker_replaced=True,
+                                          detail=f"failed in the sweep itself: {type(err).__name__}: {err}")
+                self._events.put(_Event("finished", label, task=task, outcome=outcome))
+                task = self._pop_split(task.split, task.world)
+        finally:
+            self.gangs.dissolve(members)  # type: ignore[arg-type]
 
     def _slot_loop(self, slot: SlotLike) -> None:
         try:
             self._serve_slot(slot)
         finally:
+            with self._lock:
+                self._live -= 1
+                self._lock.notify_all()
             self._events.put(_Event("slot_done", slot.name))
 
-    def _take_ahead(self) -> Optional[Task]:
-        """The next case if one is waiting (never blocks), to send to a worker before it needs it."""
+    def _take_ahead(self, slot: SlotLike) -> Optional[Task]:
+        """The next single-rank case if one is waiting (never blocks), to send to a worker before it
+        needs it; none for a slot a gang holds (it must be free when its gang fills)."""
         with self._lock:
-            if self._done or self.stop.is_set() or len(self._pending) <= len(self.slots):
+            singles = sum(1 for t in self._pending if t.world <= 1 or self.gangs is None)
+            if self._done or self.stop.is_set() or singles <= len(self.slots) or slot.name in self._member_of:
                 return None
-            self._in_flight += 1
-            return self._pending.popleft()
+            return self._pop(multi=False)
 
     def _give_back(self, task: Task) -> None:
         """A case sent ahead that its worker never started (the worker ended first, or the run is
@@ -143,7 +306,7 @@ class Scheduler:
         """Take the next case and hand it to `slot`'s busy worker; the case, or None when there was
         none to take or it was not sent (too long to wait in the pipe, or the worker is gone: it is
         given back). A failure to send is never the running case's."""
-        ahead = self._take_ahead()
+        ahead = self._take_ahead(slot)  # type: ignore[arg-type]
         if ahead is None:
             return None
         try:
@@ -161,10 +324,14 @@ class Scheduler:
         ahead: Optional[Task] = None
         ahead_slot = slot if isinstance(slot, SendsAhead) else None
         while True:
-            task, was_sent = (ahead, True) if ahead is not None else (self._take(), False)
+            work, was_sent = (ahead, True) if ahead is not None else (self._take(slot), False)
             ahead = None
-            if task is None:
+            if work is None:
                 break
+            if isinstance(work, _Gang):
+                self._sit(work)
+                continue
+            task = work
             if not was_sent:
                 try:
                     fresh = getattr(slot, "worker", True) is None

@@ -39,8 +39,8 @@ if TYPE_CHECKING:
     from operatorx.store.unstored import UnstoredRows
 
 # The testlist, the result models and the database (SQLAlchemy) are imported where they are used,
-# after a new run has spawned its workers: imported here, every worker's spawn waited for them (the
-# CLI's imports took 1.3 s on the H200 host, where nothing is byte-compiled; docs/benchmarks.md §18).
+# after a new run has spawned its workers: imported here, every worker's spawn waited for them (on
+# a host where nothing is byte-compiled they take over a second).
 
 __all__ = ["Reporter", "RunOutcome", "EmptySelection", "new_run_id", "now_utc", "check_run_id",
            "run_testlist", "run_ab_pairs", "resume_run"]
@@ -384,11 +384,14 @@ def _execute(spec: JobSpec, store: Store, tasks: list[Task], reporter: Reporter,
         from operatorx.run.plan import longest_first
 
         tasks = longest_first(tasks, lambda t: t.case)
+    tasks, refused, gangs = _multi_rank(spec, tasks, len(slots))
     sink = _Sink(spec, store, reporter, kept)
-    scheduler = Scheduler(slots, tasks, config.case_deadline_s(), config.grace_s, sink)
-    reporter.start(spec.run_id, len(tasks), [s.name for s in slots])
+    scheduler = Scheduler(slots, tasks, config.case_deadline_s(), config.grace_s, sink, gangs=gangs)
+    reporter.start(spec.run_id, len(tasks) + len(refused), [s.name for s in slots])
     completed = False
     try:
+        if refused:
+            sink.cases_finished(refused)
         with _signals_stop(scheduler, reporter):
             scheduler.run()
         completed = True
@@ -400,6 +403,26 @@ def _execute(spec: JobSpec, store: Store, tasks: list[Task], reporter: Reporter,
         outcome = _close(spec, store, state, sink.unstored, kept, finished_at=finished_at, state_stored=stored)
         reporter.finish()
     return outcome
+
+
+def _multi_rank(spec: JobSpec, tasks: list[Task], workers: int) -> tuple[list[Task], list[FinishedCase], Any]:
+    """The tasks in the order the scheduler takes them (multi-rank cases first, by split), the
+    multi-rank cases this run cannot give their workers (finished here, `unsupported` with why), and
+    the runner of the others' gangs (None when there is none) (run/ranks/placement.py)."""
+    from operatorx.run.ranks.placement import place, refused_row
+
+    config = spec.config
+    ordered, refused = place(tasks, rank_local=config.rank_local, executor=config.executor,
+                             device_kind=config.device or "cpu", workers=workers, ab=spec.ab is not None)
+    rows = [FinishedCase("", task, CaseOutcome(index=task.index, row=refused_row(task, why, spec.backend_label,
+                                                                                  spec.testlist).to_json()))
+            for task, why in refused]
+    gangs = None
+    if any(t.world > 1 for t in ordered):
+        from operatorx.run.ranks.gang import GangRunner
+
+        gangs = GangRunner(config.device or "cpu", config.case_deadline_s())
+    return ordered, rows, gangs
 
 
 def _store_state(store: Store, run_id: str, state: str, finished_at: str, reporter: Reporter) -> bool:
@@ -548,11 +571,18 @@ def _new_run(config: RunConfig, reporter: Reporter, ab: Optional[ABJob] = None,
             store = Store(config.db)
             tasks = _begin(spec, store, chosen, {**source, **(info or {})})
         _remember(spec, reporter)
-        _stop(slots[len(tasks):])          # fewer cases than GPUs: the extra workers go now
-        return _execute(spec, store, tasks, reporter, slots[:len(tasks)] or None)
+        used = _workers_used(tasks, config.rank_local)
+        _stop(slots[used:])                # fewer cases than GPUs: the extra workers go now
+        return _execute(spec, store, tasks, reporter, slots[:used] or None)
     except BaseException:
         _stop(slots)                       # a bad testlist or store, or Ctrl-C before the run began
         raise
+
+
+def _workers_used(tasks: list[Task], rank_local: bool) -> int:
+    """How many workers the tasks can use at once: one each, and a multi-rank case its tp·dp."""
+    widest = max((t.case.world for t in tasks if not rank_local and t.case.implemented), default=1)
+    return max(len(tasks), widest)
 
 
 def _remember(spec: JobSpec, reporter: Reporter) -> None:

@@ -94,6 +94,13 @@ def _serve(job: Job, spec: JobSpec, channel: IO[str]) -> None:
         case = Case.model_validate(msg.body["case"])
         index = int(msg.body["index"])
         send(channel, "started", index=index)
+        if msg.body.get("rank") is not None:      # one rank of a multi-rank case (run/ranks/)
+            from operatorx.run.ranks.worker_side import serve_rank_case
+
+            if serve_rank_case(job, case, index, msg.body, channel, watch, config.leak_limit_device_mib,
+                               config.leak_limit_host_mib):
+                return
+            continue
         row = job.run(case, index)
         row, replace = finish_row(row, watch.after_case(), config.leak_limit_device_mib, config.leak_limit_host_mib)
         send(channel, "row", index=index, row=row.to_json(), replace=replace)

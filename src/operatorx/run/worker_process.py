@@ -58,6 +58,8 @@ class CaseOutcome:
     """For a failure: exit code or signal, and the tail of the worker's stderr."""
     worker_replaced: bool = False
     seconds: float = 0.0
+    rank_result: Optional[dict[str, Any]] = None
+    """For one rank of a multi-rank case: what that rank made of it (run/ranks/worker_side.py)."""
 
 
 _SPAWNER: Optional[ThreadPoolExecutor] = None
@@ -123,8 +125,8 @@ class WorkerProcess:
     """When `ready` arrived (the reader's clock), not when the parent came to read it."""
 
     def spawn(self) -> None:
-        """Start the process and hand it the job; it gets ready (Python, torch, CUDA, CUPTI: ~6 s on
-        the H200) while the caller does other work."""
+        """Start the process and hand it the job; it gets ready (Python, torch, CUDA, CUPTI: seconds)
+        while the caller does other work."""
         self._t_spawn = time.monotonic()
         log_read, log_write = os.pipe()
         try:
@@ -195,12 +197,14 @@ class WorkerProcess:
             return self._failure(index, "crashed", time.monotonic())
         return self.await_case(index, deadline_s, stop)
 
-    def send_case(self, index: int, case: Case, ahead: bool = False) -> bool:
+    def send_case(self, index: int, case: Case, ahead: bool = False, rank: Optional[dict[str, Any]] = None) -> bool:
         """Write the case to the worker's stdin; False when the pipe is gone (the worker died), or
         when a case sent `ahead` (the worker busy with another) is longer than AHEAD_MAX_BYTES. The
-        worker reads it when it is done with the case before, so a case sent ahead starts at once."""
+        worker reads it when it is done with the case before, so a case sent ahead starts at once.
+        `rank`: the worker's rank in a multi-rank case (run/ranks/assignment.py)."""
         assert self.proc is not None and self.proc.stdin is not None
-        line = WorkerMessage("case", {"index": index, "case": case.to_json()}).to_line()
+        body: dict[str, Any] = {"index": index, "case": case.to_json(), **({"rank": rank} if rank is not None else {})}
+        line = WorkerMessage("case", body).to_line()
         if ahead and len(line.encode()) > AHEAD_MAX_BYTES:
             return False
         try:
@@ -220,7 +224,7 @@ class WorkerProcess:
             self._sample_rss()
             if msg is not None and msg.kind == "row" and msg.body.get("index") == index:
                 return CaseOutcome(index=index, row=msg.body["row"], worker_replaced=bool(msg.body.get("replace")),
-                                   seconds=time.monotonic() - t0)
+                                   seconds=time.monotonic() - t0, rank_result=msg.body.get("rank_result"))
             if msg is not None and msg.kind == "started" and msg.body.get("index") == index:
                 t0 = time.monotonic()
                 deadline = t0 + deadline_s
@@ -336,7 +340,7 @@ class Slot:
 
     def spawn_ahead(self) -> None:
         """Start this slot's first worker now, so it gets ready while the parent loads the testlist and
-        stores the plan (on the H200 a worker takes ~6 s, the parent's part ~3 s of a 1,000-case run).
+        stores the plan (a worker takes seconds to get ready, longer than the parent's part).
         A spawn that fails here is tried again, and reported, by `ensure_worker`."""
         with self._lock:
             if self._closed or self.worker is not None or self._starting is not None:
@@ -390,13 +394,13 @@ class Slot:
         assert self.worker is not None
         return self._settled(self.worker.run_case(index, case, deadline_s, stop))
 
-    def send_case(self, index: int, case: Case, ahead: bool = False) -> bool:
+    def send_case(self, index: int, case: Case, ahead: bool = False, rank: Optional[dict[str, Any]] = None) -> bool:
         """Hand a case to the ready worker without waiting (`await_case` collects its row): the
         scheduler sends the next case `ahead` while this one runs, so the worker does not wait for
-        the parent between cases (1.86 ms a case on the H200 before, 0.9-1.2 ms after: benchmarks §17).
+        the parent between cases.
         False when it was not sent (see WorkerProcess.send_case)."""
         worker = self.worker
-        return worker is not None and worker.alive() and worker.send_case(index, case, ahead=ahead)
+        return worker is not None and worker.alive() and worker.send_case(index, case, ahead=ahead, rank=rank)
 
     def await_case(self, index: int, deadline_s: float, stop: threading.Event) -> CaseOutcome:
         """The row of a case handed over with `send_case`."""

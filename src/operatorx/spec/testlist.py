@@ -135,6 +135,12 @@ def _validated(data: list[Any], origin: str, warn: Callable[[str], None],
     return cases, problems
 
 
+def validation_problem(err: ValidationError) -> str:
+    """A validation error's first problem as a testlist problem reads: `args.m: ... at most ...`."""
+    first = err.errors()[0]
+    return f"{_loc(tuple(first['loc']))}: {_message(first)}"
+
+
 def _message(error: Any) -> str:
     """A validation error's text, in the format page's words where pydantic's are only a bound."""
     if error["type"] == "less_than_equal" and (error.get("ctx") or {}).get("le") == MAX_INT64:

@@ -11,6 +11,7 @@ what to do.
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -141,6 +142,9 @@ class Store:
         except BaseException:
             self.engine.dispose()
             raise
+        # a reader's connections close (and so remove the side files its reads made, engine.py) when it
+        # is closed, collected, or the interpreter exits: a read command need not close it
+        self._closer = weakref.finalize(self, self.engine.dispose) if read_only else None
 
     def _open(self, create: bool) -> None:
         def state() -> tuple[SchemaState, Optional[str]]:
@@ -158,7 +162,10 @@ class Store:
         raise state_error(self.target, found, rev)
 
     def close(self) -> None:
-        self.engine.dispose()
+        if self._closer is not None:
+            self._closer()
+        else:
+            self.engine.dispose()
 
     def __enter__(self) -> Store:
         return self
@@ -318,9 +325,11 @@ class Store:
                           f"runs: {', '.join(ids[:20])}{more}; give more of the id")
 
     def list_runs(self, limit: Optional[int] = None) -> list[dict[str, Any]]:
-        """Every run (or the newest `limit`), newest first, with its row counts by status."""
+        """Every run (or the newest `limit`), newest first, with its row counts by status and the
+        versions it ran with (torch, vllm, operatorx, git_commit; None where not recorded)."""
         cols = [runs.c.id, runs.c.started_at, runs.c.finished_at, runs.c.state, runs.c.testlist, runs.c.backend,
-                runs.c.device, runs.c.gpu_name, runs.c.driver, runs.c.run_group, runs.c.shard, runs.c.kind]
+                runs.c.device, runs.c.gpu_name, runs.c.driver, runs.c.run_group, runs.c.shard, runs.c.kind,
+                runs.c.torch_version, runs.c.vllm_version, runs.c.operatorx_version, runs.c.git_commit]
 
         def read(conn: Connection) -> tuple[list[Any], list[Any]]:
             q = select(*cols).order_by(runs.c.started_at.desc(), runs.c.id.desc())
@@ -339,6 +348,8 @@ class Store:
             out.append({"id": r.id, "started_at": r.started_at, "finished_at": r.finished_at, "state": r.state,
                         "testlist": r.testlist, "backend": r.backend, "device": r.device, "gpu": r.gpu_name,
                         "driver": r.driver, "run_group": r.run_group, "shard": r.shard, "kind": r.kind,
+                        "versions": {"torch": r.torch_version, "vllm": r.vllm_version,
+                                     "operatorx": r.operatorx_version, "git_commit": r.git_commit},
                         "rows": sum(c.values()), "counts": c})
         return out
 

@@ -14,7 +14,7 @@ from operatorx.result import SCHEMA_VERSION
 from operatorx.store.db import Store
 from operatorx.store.errors import RunNotFound
 
-__all__ = ["group_document", "GROUP_PREFIX"]
+__all__ = ["group_document", "merge_rows", "GROUP_PREFIX"]
 
 #: `results show group:NAME` names a run group where a run id is expected.
 GROUP_PREFIX = "group:"
@@ -27,18 +27,27 @@ def _key(row: dict[str, Any]) -> tuple[str, str, str]:
     return case, op["backend"], row.get("side") or ""
 
 
+def merge_rows(docs: list[tuple[str, list[dict[str, Any]]]]) -> list[tuple[str, dict[str, Any]]]:
+    """One row per (case key, backend, side) of the runs' rows, each with the id of the run it came
+    from: `docs` is (run id, its document's rows), oldest run first; a final row wins over `missing`,
+    and among final rows the newest run's. In case order."""
+    rows: dict[tuple[str, str, str], tuple[str, dict[str, Any]]] = {}
+    for run_id, run_rows in docs:
+        for row in run_rows:
+            key = _key(row)
+            if row["status"] != "missing" or key not in rows:
+                rows[key] = (run_id, row)
+    return sorted(rows.values(), key=lambda x: (x[1].get("case_index", 0), x[1]["op"]["backend"],
+                                                x[1].get("side") or ""))
+
+
 def group_document(store: Store, name: str) -> dict[str, Any]:
     runs = [r for r in store.list_runs() if r.get("run_group") == name]
     if not runs:
         raise RunNotFound(f"no run group {name!r} in {store.url}")
     runs.sort(key=lambda r: r["started_at"])            # oldest first: newer runs overwrite
-    rows: dict[tuple[str, str, str], dict[str, Any]] = {}
     docs = [store.document(r["id"]) for r in runs]
-    for doc in docs:
-        for row in doc["rows"]:
-            key = _key(row)
-            if row["status"] != "missing" or key not in rows:
-                rows[key] = row
+    merged = merge_rows([(r["id"], doc["rows"]) for r, doc in zip(runs, docs, strict=True)])
     first = docs[0]["run"]
     states = sorted({r["state"] for r in runs})
     merged_run = {**first, "id": f"{GROUP_PREFIX}{name}", "run_group": name, "shard": None,
@@ -47,5 +56,4 @@ def group_document(store: Store, name: str) -> dict[str, Any]:
                   "state": states[0] if len(states) == 1 else "mixed: " + ", ".join(states),
                   "started_at": runs[0]["started_at"],
                   "finished_at": max((r["finished_at"] or "") for r in runs) or None}
-    ordered = sorted(rows.values(), key=lambda r: (r.get("case_index", 0), r["op"]["backend"], r.get("side") or ""))
-    return {"schema_version": SCHEMA_VERSION, "run": merged_run, "rows": ordered}
+    return {"schema_version": SCHEMA_VERSION, "run": merged_run, "rows": [row for _, row in merged]}

@@ -19,9 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy import Connection, delete
 
 from operatorx.result import Row
+from operatorx.spec.testlist import validation_problem
 from operatorx.store.columns import RUN_FIELDS
 from operatorx.store.db import Store
 from operatorx.store.errors import StoreError
@@ -64,7 +66,10 @@ def _rows_of(doc: dict[str, Any], where: str) -> list[dict[str, Any]]:
     for i, d in enumerate(doc["rows"]):
         try:
             out.append(Row.from_json(d).to_json())
-        except Exception as err:             # any shape the row model refuses
+        except ValidationError as err:       # the field named, as a testlist's problems name it
+            raise StoreError(f"{where}: rows[{i}] is not a result row ({err.title}: {validation_problem(err)}): "
+                             "fix or drop that row") from None
+        except Exception as err:             # any other shape the row model refuses
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise StoreError(f"{where}: rows[{i}] is not a result row ({first}): fix or drop that row") from None
     return out

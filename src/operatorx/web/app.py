@@ -94,6 +94,9 @@ def create_app(queries: Queries) -> Starlette:
         runs = queries.shape_rows([run_ref(r, "runs") for r in wanted] or queries.default_shape_runs())
         return render.render_shape([(r, render.shape_rows(rows)) for r, rows in runs], links)
 
+    def group(request: Request) -> str:
+        return render.render_group(queries.group_page(run_ref(request.path_params["name"], "group")), links)
+
     def roofline(request: Request) -> str:
         return render.render_roofline(queries.roofline(run_ref(request.path_params["run"])), links)
 
@@ -115,6 +118,7 @@ def create_app(queries: Queries) -> Starlette:
     routes = [
         Route("/", answer(runs)), Route("/run/{run:path}", answer(run)), Route("/shape", answer(shape)),
         Route("/roofline/{run:path}", answer(roofline)), Route("/case/{run:path}/{index}", answer(case)),
-        Route("/compare", answer(compare)), Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),
+        Route("/compare", answer(compare)), Route("/group/{name:path}", answer(group)),
+        Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),
     ]
     return Starlette(routes=routes)

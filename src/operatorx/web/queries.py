@@ -11,25 +11,28 @@ from __future__ import annotations
 import math
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
 from operatorx.platform.peaks import peaks_for
 from operatorx.report.compare import compare_documents
 from operatorx.store import RunNotFound, Store, StoreError
+from operatorx.store.group import GROUP_PREFIX, merge_rows
 from operatorx.web.safe import clean, clean_text, shown_name
 from operatorx.web.views import (
+    STATUSES,
     CompareCase,
     ReasonGroup,
     RowView,
     RunSummary,
     case_key,
     reason_groups,
+    row_notes_of,
     row_view,
     run_summary,
 )
 
-__all__ = ["Queries", "WebError", "open_store", "RunPage", "RooflinePage", "ComparePage"]
+__all__ = ["Queries", "WebError", "open_store", "RunPage", "GroupPage", "RooflinePage", "ComparePage"]
 
 
 class WebError(Exception):
@@ -58,6 +61,17 @@ class RunPage:
     rows: list[RowView]
     reasons: list[ReasonGroup]
     missing: list[RowView]
+
+
+@dataclass(frozen=True)
+class GroupPage:
+    """A run group (`--run-group`, e.g. the shards of one sweep) as one sweep: `run` sums it up (id
+    `group:NAME`, counts of the merged rows), `shards` are its runs oldest first, and each row comes with
+    the id of the run it was taken from (store/group.py `merge_rows`)."""
+    name: str
+    run: RunSummary
+    shards: list[RunSummary]
+    rows: list[tuple[str, RowView]]
 
 
 def _number(value: Any) -> Optional[float]:
@@ -91,6 +105,8 @@ class ComparePage:
     b: RunSummary
     cases: list[CompareCase]
     verdicts: dict[str, int]
+    flags: list[str] = field(default_factory=list)
+    """What differs between the two runs as a whole, and placement not controlled in either (compare.py)."""
 
 
 class Queries:
@@ -172,6 +188,28 @@ class Queries:
         return RunPage(run=summary, info=clean(info), rows=rows, reasons=reason_groups(rows),
                        missing=[r for r in rows if r.status == "missing"])
 
+    def group_page(self, name: str) -> GroupPage:
+        """The runs whose run group is `name` (as pages show it), merged into one sweep."""
+        shards = sorted((r for r in self.runs() if r.run_group == name), key=lambda r: (r.started_at, r.id))
+        if not shards:
+            raise WebError(f"no run group {shown_name(name)!r}")
+        docs = [(r.id, self.document(r)["rows"], self.rows(r)) for r in shards]   # held: ids stay theirs
+        view_of = {id(row): view for _, doc_rows, views in docs for row, view in zip(doc_rows, views, strict=True)}
+        rows = [(rid, view_of[id(row)]) for rid, row in merge_rows([(rid, doc_rows) for rid, doc_rows, _ in docs])]
+        counts = dict.fromkeys(STATUSES, 0)
+        for _, v in rows:
+            counts[v.status] = counts.get(v.status, 0) + 1
+        states = sorted({r.state for r in shards})
+        gpus = sorted({r.gpu or r.device for r in shards})
+        first = shards[0]
+        summary = replace(first, id=shown_name(GROUP_PREFIX + name), key=GROUP_PREFIX + name, run_group=name,
+                          shard=None, gpu=", ".join(gpus), rows=len(rows), counts=counts,
+                          state=states[0] if len(states) == 1 else "mixed: " + ", ".join(states),
+                          finished_at=max((r.finished_at or "") for r in shards) or None,
+                          testlist=", ".join(sorted({r.testlist for r in shards})),
+                          backend=", ".join(sorted({r.backend for r in shards})))
+        return GroupPage(name=name, run=summary, shards=shards, rows=rows)
+
     def shape_rows(self, runs: list[str]) -> list[tuple[RunSummary, list[RowView]]]:
         out = []
         for run in runs:
@@ -242,7 +280,9 @@ class Queries:
 
     def cases(self, summary: RunSummary) -> list[dict[str, Any]]:
         """Every row's Case page data, not yet cleaned: write it through `safe.clean_json`."""
-        return [case_detail(r, cleaned=False) for r in self.document(summary)["rows"]]
+        rows = self.document(summary)["rows"]
+        views = self.rows(summary)          # their notes, read once for the Run page and the Case data
+        return [case_detail(r, cleaned=False, notes=v.notes) for r, v in zip(rows, views, strict=True)]
 
     def compare(self, a: str, b: str) -> ComparePage:
         run_a, run_b = self.resolve(a), self.resolve(b)
@@ -266,23 +306,26 @@ class Queries:
                 case_key=c.case_key, label=str(c.label), family=view.family if view else "",
                 m=view.m if view else None, index_a=ia, index_b=ib, a_latency_us=c.a_latency_us,
                 b_latency_us=c.b_latency_us, ratio=c.ratio, ci_low=c.ci_low, ci_high=c.ci_high,
-                p_value=c.p_value, q_value=c.q_value, verdict=str(c.verdict), flags=list(c.flags)))
-        return ComparePage(a=run_a, b=run_b, cases=cases, verdicts=verdicts)
+                p_value=c.p_value, q_value=c.q_value, verdict=str(c.verdict), flags=list(c.flags),
+                numbers_verdict=c.numbers_verdict, verdict_why=c.verdict_why))
+        return ComparePage(a=run_a, b=run_b, cases=cases, verdicts=verdicts,
+                           flags=[clean_text(f) for f in comparison.flags])
 
 
 _CASE_METRICS = ("latency_us", "method", "clock", "l2_state", "l2_verified", "noise", "summary_us", "samples_us",
                  "warmup", "stop_reason", "timing", "telemetry", "capped", "profile", "trace_path", "counters",
                  "perturbed", "profile_error", "backend_meta", "check", "host", "case_seconds", "scheme",
-                 "flops", "min_bytes", "tflops", "gbps", "pct_peak", "peak", "rank_local")
+                 "flops", "min_bytes", "tflops", "gbps", "pct_peak", "peak", "rank_local", "ab")
 
 
-def case_detail(r: dict[str, Any], cleaned: bool = True) -> dict[str, Any]:
+def case_detail(r: dict[str, Any], cleaned: bool = True, notes: Optional[list[str]] = None) -> dict[str, Any]:
     """Everything the Case page shows of one row (cleaned unless told); metrics it does not name go
-    under `other`."""
+    under `other`. `notes`: the row's notes when the caller has read them (`row_notes_of`)."""
     m = r.get("metrics") or {}
     metrics = {k: m[k] for k in _CASE_METRICS if k in m}
     other = {k: v for k, v in m.items() if k not in metrics}
     detail = {"index": r.get("case_index"), "label": r.get("label"), "status": r.get("status"),
               "error_kind": r.get("error_kind"), "message": r.get("message"), "side": r.get("side", ""),
-              "op": r.get("op") or {}, "metrics": metrics, "other": other}
+              "op": r.get("op") or {}, "metrics": metrics, "other": other,
+              "notes": notes if notes is not None else row_notes_of(r)}
     return clean(detail) if cleaned else detail  # type: ignore[no-any-return]

@@ -13,12 +13,14 @@ from urllib.parse import quote
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
+from operatorx.report.ab import DIFFERENCE_SAYS
 from operatorx.shown import SHOWN
-from operatorx.web.queries import ComparePage, RooflinePage, RunPage
+from operatorx.web.pairs import Pairing, comparable_pairs
+from operatorx.web.queries import ComparePage, GroupPage, RooflinePage, RunPage
 from operatorx.web.safe import script_json
 from operatorx.web.views import RowView, RunSummary
 
-__all__ = ["Links", "server_links", "static_links", "slug", "compare_file", "render_runs", "render_run",
+__all__ = ["Links", "server_links", "static_links", "slug", "compare_file", "render_runs", "render_run", "render_group",
            "render_shape", "shape_rows", "render_roofline", "render_case", "render_compare", "render_error",
            "CASES_PER_CHUNK"]
 
@@ -66,6 +68,8 @@ class Links:
     patterns: dict[str, str]
     static_site: bool
     compare_pairs: frozenset[tuple[str, str]] = field(default_factory=frozenset)
+    groups: frozenset[str] = field(default_factory=frozenset)
+    """Static sites: the run groups that have a group page."""
 
     def ref(self, run_id: str) -> str:
         return slug(run_id) if self.static_site else quote(run_id, safe="")
@@ -75,7 +79,7 @@ class Links:
             return compare_file(str(params["a"]), str(params["b"]))
         out = self.patterns[kind]
         for name, value in params.items():
-            if name in ("run", "a", "b"):
+            if name in ("run", "a", "b", "group"):
                 value = self.ref(str(value))
             elif name == "runs":
                 value = ",".join(quote(str(v), safe="") for v in value)
@@ -84,6 +88,12 @@ class Links:
 
     def has_compare(self, a: str, b: str) -> bool:
         return not self.static_site or (a, b) in self.compare_pairs
+
+    def group_link(self, name: Optional[str]) -> Optional[str]:
+        """The page of run group `name`, where there is one."""
+        if not name or (self.static_site and name not in self.groups):
+            return None
+        return self.link("group", group=name)
 
     def to_json(self, runs: list[str]) -> dict[str, Any]:
         return {"patterns": self.patterns, "static": self.static_site,
@@ -95,14 +105,15 @@ class Links:
 def server_links() -> Links:
     return Links(static="/static/", static_site=False, patterns={
         "runs": "/", "run": "/run/{run}", "case": "/case/{run}/{index}", "shape": "/shape?runs={runs}",
-        "roofline": "/roofline/{run}", "compare": "/compare?a={a}&b={b}", "compare_pick": "/compare"})
+        "roofline": "/roofline/{run}", "compare": "/compare?a={a}&b={b}", "compare_pick": "/compare",
+        "group": "/group/{group}"})
 
 
-def static_links(pairs: frozenset[tuple[str, str]]) -> Links:
-    return Links(static="static/", static_site=True, compare_pairs=pairs, patterns={
+def static_links(pairs: frozenset[tuple[str, str]], groups: frozenset[str] = frozenset()) -> Links:
+    return Links(static="static/", static_site=True, compare_pairs=pairs, groups=groups, patterns={
         "runs": "index.html", "run": "run-{run}.html", "case": "case-{run}.html?case={index}",
         "shape": "shape.html", "roofline": "roofline-{run}.html", "compare": "compare-{a}--{b}.html",
-        "compare_pick": ""})
+        "compare_pick": "", "group": "group-{group}.html"})
 
 
 def _page(template: str, links: Links, title: str, data: dict[str, Any], run_ids: list[str], **extra: Any) -> str:
@@ -114,21 +125,34 @@ def _rows_json(rows: list[RowView]) -> list[dict[str, Any]]:
     return [r.to_json() for r in rows]
 
 
-def render_runs(runs: list[RunSummary], links: Links) -> str:
-    previous: dict[str, Optional[str]] = {}
-    last_of: dict[str, str] = {}
-    for r in sorted(runs, key=lambda r: r.started_at):      # each run's previous run of the same testlist
-        previous[r.id] = last_of.get(r.testlist)
-        last_of[r.testlist] = r.id
-    data = {"page": "runs", "runs": [{**r.to_json(), "previous": previous.get(r.id)} for r in runs]}
-    return _page("runs.html", links, "Runs", data, [r.id for r in runs], runs=runs)
+def render_runs(runs: list[RunSummary], links: Links, pairings: Optional[list[Pairing]] = None) -> str:
+    """`pairings`: the comparisons to offer, each on its newer run's line (`previous`, with `compare_why`);
+    the default ones (web/pairs.py) when None."""
+    pairings = comparable_pairs(runs) if pairings is None else pairings
+    against = {p.b: p for p in pairings}
+    data = {"page": "runs", "runs": [{**r.to_json(), "previous": against[r.id].a if r.id in against else None,
+                                      "compare_why": against[r.id].why if r.id in against else None,
+                                      "group_href": links.group_link(r.run_group)} for r in runs]}
+    return _page("runs.html", links, "Runs", data, [r.id for r in runs], runs=runs, pairings=pairings)
+
+
+def render_group(page: GroupPage, links: Links) -> str:
+    """A run group as one sweep: its shards, and the rows of all of them, each with its shard."""
+    shard_of = {r.id: r.shard for r in page.shards}
+    rows = [{**v.to_json(), "run": rid, "shard": shard_of.get(rid)} for rid, v in page.rows]
+    data = {"page": "group", "run": page.run.to_json(), "shards": [r.to_json() for r in page.shards], "rows": rows,
+            "metrics": [m.to_json() for m in SHOWN
+                        if not m.optional or any(v.shown.get(m.key) is not None for _, v in page.rows)]}
+    return _page("group.html", links, f"Run group {page.run.run_group}", data, [r.id for r in page.shards],
+                 group=page)
 
 
 def render_run(page: RunPage, links: Links) -> str:
-    data = {"page": "run", "run": page.run.to_json(), "rows": _rows_json(page.rows),
+    data = {"page": "run", "run": page.run.to_json(), "rows": _rows_json(page.rows), "ab_says": DIFFERENCE_SAYS,
             "metrics": [m.to_json() for m in SHOWN
                         if not m.optional or any(r.shown.get(m.key) is not None for r in page.rows)]}
     return _page("run.html", links, f"Run {page.run.id}", data, [page.run.id], run=page.run, info=page.info,
+                 ab_says=DIFFERENCE_SAYS,
                  reasons=page.reasons, missing=page.missing[:200], missing_total=len(page.missing))
 
 
@@ -162,7 +186,7 @@ def render_case(run: RunSummary, links: Links, detail: Optional[dict[str, Any]] 
     """Inline (`detail`, the server) or by reference (`chunks`: the run's data scripts, the static site;
     the page picks the case named in its `?case=`)."""
     data = {"page": "case", "run": run.to_json(), "case": detail, "chunk_size": CASES_PER_CHUNK,
-            "chunks": chunks, "indexes": indexes}
+            "chunks": chunks, "indexes": indexes, "ab_says": DIFFERENCE_SAYS}
     title = f"Case {detail['index']} of {run.id}" if detail else f"Cases of {run.id}"
     return _page("case.html", links, title, data, [run.id], run=run, plots=True)
 
@@ -172,7 +196,7 @@ def render_compare(page: Optional[ComparePage], links: Links, runs: list[RunSumm
         data: dict[str, Any] = {"page": "compare", "cases": None}
         return _page("compare.html", links, "Compare", data, [r.id for r in runs], cmp=None, runs=runs)
     data = {"page": "compare", "a": page.a.to_json(), "b": page.b.to_json(),
-            "cases": [c.to_json() for c in page.cases]}
+            "cases": [c.to_json() for c in page.cases], "flags": page.flags}
     return _page("compare.html", links, f"Compare {page.a.id} / {page.b.id}", data, [page.a.id, page.b.id],
                  cmp=page, runs=runs, plots=True)
 

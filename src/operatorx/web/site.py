@@ -3,8 +3,9 @@ sweep uploads. The same query layer and templates as the server; links name file
 page reads the case from the run's data scripts (a browser lets file:// pages load scripts, not fetch).
 
 Layout: index.html, shape.html, run-<run>.html, roofline-<run>.html, case-<run>.html?case=N,
-compare-<a>--<b>.html (by default the newest run of each testlist against the one before it; one file
-per ordered pair, `render.compare_file`), data/cases-<run>-<chunk>.js, static/ (plotly.js, the pages'
+compare-<a>--<b>.html (by default each run against the newest earlier run comparable with it,
+web/pairs.py; one file per ordered pair, `render.compare_file`), group-<name>.html (a run group whose
+runs are all in the site, as one sweep), data/cases-<run>-<chunk>.js, static/ (plotly.js, the pages'
 scripts and CSS), and `.operatorx-site`: the list of every file this build wrote, with its size. A
 rebuild replaces the directory only while it holds exactly those files; anything else is named and
 refused, so a directory that merely holds a marker is never emptied.
@@ -25,6 +26,7 @@ from typing import Any, Optional, Union
 
 from operatorx.web import render
 from operatorx.web.app import STATIC_DIR
+from operatorx.web.pairs import Pairing, comparable_pairs, newest_pairs, previous_pairs
 from operatorx.web.queries import Queries, WebError
 from operatorx.web.safe import clean_json, shown_name
 from operatorx.web.views import RunSummary
@@ -42,21 +44,56 @@ class SiteSummary:
     compares: int
     skipped: tuple[str, ...] = ()
     """One line per run or comparison left out (its data could not be read or rendered)."""
+    pairings: tuple[Pairing, ...] = ()
+    """The comparisons written, each with why it was chosen."""
+    groups: int = 0
+    """Run group pages written."""
 
 
 def _write(path: Path, text: str) -> None:
     path.write_text(text, encoding="utf-8")
 
 
-def _pairs(runs: list[RunSummary]) -> list[tuple[str, str]]:
-    """(previous, run) for each run and the previous selected run of its testlist, by start time."""
-    last: dict[str, str] = {}
+def _pairings(queries: Queries, chosen: list[RunSummary],
+              compare: Union[str, list[tuple[str, str]]]) -> list[Pairing]:
+    """The comparisons `compare` asks for (web/pairs.py gives the rules); runs named in A:B pairs join
+    `chosen`."""
+    rules = {"comparable": comparable_pairs, "latest": newest_pairs, "previous": previous_pairs}
+    if isinstance(compare, str) and compare in rules:
+        return rules[compare](chosen)
+    if compare == "none":
+        return []
+    if not isinstance(compare, list):
+        raise WebError(f"compare {compare!r}: give comparable, latest, previous, none, or A:B run pairs")
     out = []
-    for r in sorted(runs, key=lambda r: r.started_at):
-        if r.testlist in last:
-            out.append((last[r.testlist], r.id))
-        last[r.testlist] = r.id
+    for a, b in compare:
+        ra, rb = queries.resolve(a), queries.resolve(b)
+        for r in (ra, rb):
+            if all(c.id != r.id for c in chosen):
+                chosen.append(r)
+        out.append(Pairing(ra.id, rb.id, f"asked for (--compare {ra.id}:{rb.id})"))
     return out
+
+
+def _group_pages(queries: Queries, shown: list[RunSummary], links: render.Links, tmp: Path
+                 ) -> tuple[list[str], list[str]]:
+    """A page for each run group all of whose runs are in the site (its rows link to theirs); returns the
+    groups written and a note for each one that could not be."""
+    every = queries.runs()
+    names = sorted({r.run_group for r in shown if r.run_group})
+    ids = {r.id for r in shown}
+    written, notes = [], []
+    for name in names:
+        if any(r.id not in ids for r in every if r.run_group == name):
+            continue
+        try:
+            _write(tmp / f"group-{render.slug(name)}.html", render.render_group(queries.group_page(name), links))
+            written.append(name)
+        except OSError:
+            raise
+        except Exception as err:  # noqa: BLE001 - one group's data, told in one line
+            notes.append(_note(f"run group {name}", err))
+    return written, notes
 
 
 def _case_chunks(queries: Queries, run: RunSummary, data_dir: Path) -> tuple[list[str], list[int]]:
@@ -196,34 +233,22 @@ def _stray(out: Path) -> Optional[str]:
 
 
 def build_site(queries: Queries, out: Path, runs: Optional[list[str]] = None,
-               compare: Union[str, list[tuple[str, str]]] = "latest", workers: Optional[int] = None) -> SiteSummary:
+               compare: Union[str, list[tuple[str, str]]] = "comparable", workers: Optional[int] = None
+               ) -> SiteSummary:
     """Write the site for `runs` (ids, prefixes, `latest`; all runs when None) into `out`, replacing it.
 
-    `compare`: `latest` (the newest selected run of each testlist against the one before it),
-    `previous` (every run against the one before it), `none`, or (A, B) pairs. `workers`: processes
+    `compare`: `comparable` (each selected run against the newest earlier selected run comparable with
+    it: same testlist, backend and shard, another GPU or versions; web/pairs.py), `latest` (of those,
+    the newest of each testlist, backend and shard), `previous` (each run against the run before it
+    of the same testlist, backend and shard, whatever differs), `none`, or (A, B) pairs. `workers`: processes
     that write the runs' pages (default: one per CPU, at most one per run; 1 writes them here).
     Written beside `out` first, then moved in, so a failed build leaves the old site whole."""
     chosen: list[RunSummary] = []
     for r in [queries.resolve(r) for r in runs] if runs else queries.runs():
         if all(c.id != r.id for c in chosen):
             chosen.append(r)
-    if compare == "previous":
-        pairs = _pairs(chosen)
-    elif compare == "latest":
-        newest: dict[str, tuple[str, str]] = {}
-        for a, b in _pairs(chosen):             # in start order: the last pair of a testlist is its newest
-            newest[next(r.testlist for r in chosen if r.id == b)] = (a, b)
-        pairs = list(newest.values())
-    elif compare == "none":
-        pairs = []
-    elif isinstance(compare, list):
-        pairs = [(queries.resolve(a).id, queries.resolve(b).id) for a, b in compare]
-        for a, b in pairs:
-            for rid in (a, b):
-                if all(c.id != rid for c in chosen):
-                    chosen.append(queries.resolve(rid))
-    else:
-        raise WebError(f"compare {compare!r}: give latest, previous, none, or A:B run pairs")
+    pairings = _pairings(queries, chosen, compare)
+    pairs = [(p.a, p.b) for p in pairings]
     links = render.static_links(frozenset(pairs))
     out = out.expanduser().resolve()
     refused = _stray(out)
@@ -237,8 +262,11 @@ def build_site(queries: Queries, out: Path, runs: Optional[list[str]] = None,
         (tmp / "data").mkdir()
         shape, written, notes = _all_pages(queries, chosen, pairs, links, tmp, workers)
         shown = [r for r in chosen if r.id in shape]
-        links = render.static_links(frozenset(written))
-        _write(tmp / "index.html", render.render_runs(shown, links))
+        groups, group_notes = _group_pages(queries, shown, links, tmp)
+        notes += group_notes
+        links = render.static_links(frozenset(written), frozenset(groups))
+        kept = [p for p in pairings if (p.a, p.b) in set(written)]
+        _write(tmp / "index.html", render.render_runs(shown, links, kept))
         _write(tmp / "shape.html", render.render_shape([(r, shape[r.id]) for r in shown], links))
         # the marker goes last: it lists every file of this build, what the next build may replace
         _write(tmp / MARKER, json.dumps({"written_by": "operatorx report build", "note": "the next build replaces "
@@ -254,5 +282,5 @@ def build_site(queries: Queries, out: Path, runs: Optional[list[str]] = None,
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return SiteSummary(directory=out, runs=len(shown), pages=2 + 3 * len(shown) + len(written),
-                       compares=len(written), skipped=tuple(notes))
+    return SiteSummary(directory=out, runs=len(shown), pages=2 + 3 * len(shown) + len(written) + len(groups),
+                       compares=len(written), skipped=tuple(notes), pairings=tuple(kept), groups=len(groups))

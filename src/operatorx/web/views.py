@@ -7,14 +7,14 @@ from __future__ import annotations
 import functools
 import json
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 from operatorx.shown import shown_values
 from operatorx.web.safe import clean, clean_text, shown_name
 
 __all__ = ["RunSummary", "RowView", "ReasonGroup", "CompareCase", "run_summary", "row_view", "case_key",
-           "reason_groups", "STATUSES"]
+           "reason_groups", "STATUSES", "ab_view", "row_notes_of"]
 
 STATUSES = ("ok", "unsupported", "error", "missing")
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
@@ -42,6 +42,9 @@ class RunSummary:
     key: str
     """The run id as stored, for reading the store only; `id` is its `shown_name`, which is what pages,
     links, file names and page data carry (an ingested id may hold ESC, bidi or 50,000 characters)."""
+    kind: str = "run"                    # run, or ab (an A/B in one process, stored as a run)
+    versions: dict[str, str] = field(default_factory=dict)
+    """What it ran with, where recorded: torch, vllm, operatorx, git_commit (the pairing rule, web/pairs.py)."""
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -68,7 +71,9 @@ def run_summary(r: dict[str, Any]) -> RunSummary:
         run_group=clean_text(str(r["run_group"])) if r.get("run_group") else None,
         shard=clean_text(str(r["shard"])) if r.get("shard") else None,
         rows=int(r.get("rows") or 0),
-        counts={s: int(counts.get(s) or 0) for s in STATUSES} if isinstance(counts, dict) else None)
+        counts={s: int(counts.get(s) or 0) for s in STATUSES} if isinstance(counts, dict) else None,
+        kind=clean_text(str(r.get("kind") or "run")),
+        versions={clean_text(str(k)): clean_text(str(v)) for k, v in (r.get("versions") or {}).items() if v})
 
 
 @dataclass(frozen=True)
@@ -96,6 +101,10 @@ class RowView:
     noise: Optional[float]
     capped: bool
     clock: Optional[str]
+    notes: list[str] = field(default_factory=list)
+    """Every note the terminal table gives the row (report/table.py: `row_notes`), and an A/B row's."""
+    ab: Optional[dict[str, Any]] = None
+    """An `ab` run's row: `ab_view`."""
 
     @property
     def latency_us(self) -> Optional[float]:
@@ -146,6 +155,58 @@ def _split_source(source: str) -> tuple[str, str]:
     return (model, role) if model else (source, "")
 
 
+_AB_CLOCK_KEYS = ("a_us", "b_us", "diff_us", "ci_low_us", "ci_high_us", "confidence", "pairs", "verdict",
+                  "numbers_verdict", "verdict_why", "estimate")
+
+
+def ab_view(ab: Any) -> Optional[dict[str, Any]]:
+    """What the Run page shows of an A/B row, cleaned: per clock (`host`, `device`) both sides' medians,
+    the paired median difference B−A with its interval, the verdict and why it was held back; the
+    outputs' comparison; each side's spec."""
+    if not isinstance(ab, dict):
+        return None
+    raw_sides = ab.get("sides")
+    sides: dict[str, Any] = raw_sides if isinstance(raw_sides, dict) else {}
+    outputs = ab.get("outputs")
+
+    def spec(side: str) -> Any:
+        info = sides.get(side)
+        return info.get("spec") if isinstance(info, dict) else None
+
+    out: dict[str, Any] = {
+        "outputs": str(outputs.get("result")) if isinstance(outputs, dict) and outputs.get("result") else None,
+        "a": spec("a"), "b": spec("b")}
+    for clock in ("host", "device"):
+        d = ab.get(clock)
+        out[clock] = {k: d.get(k) for k in _AB_CLOCK_KEYS} if isinstance(d, dict) else None
+    return clean(out)  # type: ignore[no-any-return]
+
+
+_SAMPLE_KEYS = ("samples_us", "busy_samples_us")
+
+
+def row_notes_of(r: dict[str, Any]) -> list[str]:
+    """The row's notes as the terminal table gives them (`row_notes`), an A/B row's after them; for a
+    row this version cannot read, only its message. The samples are left out of the parse: no note
+    reads them, and they are most of a row's size."""
+    from pydantic import ValidationError
+
+    from operatorx.report.ab import ab_notes
+    from operatorx.report.table import row_notes
+    from operatorx.result import Row
+
+    m = r.get("metrics") or {}
+    light = {**r, "metrics": {k: v for k, v in m.items() if k not in _SAMPLE_KEYS}} if isinstance(m, dict) else r
+    try:
+        notes = row_notes(Row.from_json(light))
+    except (ValidationError, ValueError, KeyError, TypeError):
+        notes = [str(r["message"])] if r.get("message") else []
+    ab = m.get("ab") if isinstance(m, dict) else None
+    if isinstance(ab, dict):
+        notes += [n for n in ab_notes(ab) if n not in notes]
+    return [clean_text(n) for n in notes]
+
+
 def row_view(r: dict[str, Any]) -> RowView:
     op = r.get("op") or {}
     m = r.get("metrics") or {}
@@ -167,7 +228,8 @@ def row_view(r: dict[str, Any]) -> RowView:
         intensity=flops / min_bytes if flops and min_bytes else None,
         stop_reason=clean_text(str(m["stop_reason"])) if m.get("stop_reason") else None,
         noise=_float(m.get("noise")), capped=bool(m.get("capped")),
-        clock=clean_text(str(m["clock"])) if m.get("clock") else None)
+        clock=clean_text(str(m["clock"])) if m.get("clock") else None, notes=row_notes_of(r),
+        ab=ab_view(m.get("ab")))
 
 
 @dataclass(frozen=True)
@@ -212,6 +274,9 @@ class CompareCase:
     q_value: Optional[float]
     verdict: str
     flags: list[str]
+    numbers_verdict: Optional[str] = None
+    """The verdict of the numbers alone, where a condition neither run controlled changed it."""
+    verdict_why: Optional[str] = None
 
     def to_json(self) -> dict[str, Any]:
         return clean(asdict(self))  # type: ignore[no-any-return]

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 from operatorx.backends.base import Check, Prepared, Unsupported
 from operatorx.backends.check import CHECK_ROWS, REL_ERROR_BOUND, rel_error
+from operatorx.backends.ranked import RankComm, RankPrepared
 from operatorx.backends.refusal import library_refusal
 from operatorx.backends.torch.gemm_layers import float_layers, fp8_layers
 from operatorx.backends.torch.memory import require_memory
@@ -99,6 +100,18 @@ class TorchGemm:
         if args.bias and recipe.name != "tensorwise":
             return f"torch scaled_mm takes a bias with tensorwise scaling only, not {recipe.name}"
         return None
+
+    def supports_ranks(self, case: Case, device: str, world: int) -> Optional[str]:
+        """The single-device refusals, then the multi-rank ones (backends/torch/tp.py)."""
+        from operatorx.backends.torch.tp import gemm_rank_refusal
+
+        return self.supports(case, device) or gemm_rank_refusal(case, device, world)
+
+    def prepare_ranks(self, case: Case, device: str, comm: RankComm) -> RankPrepared:
+        """This rank's share of a tp GEMM, its collective inside the call (backends/torch/tp.py)."""
+        from operatorx.backends.torch.tp import prepare_gemm_ranks
+
+        return prepare_gemm_ranks(case, device, comm)
 
     def prepare(self, case: Case, device: str) -> Prepared:
         args = case.args

@@ -129,10 +129,10 @@ def _prepared(args: MoeArgs, plan: quant_map.Plan, built: Any, stack: ExitStack)
             stack.close()
             VllmEnv.get().drop_workspace()
             # vLLM's modules sit in reference cycles (hooks and bound methods back to their owner), so
-            # dropping the last outside reference frees nothing until a later GC pass: on the H200 each
-            # released case still held its weights until some later case's allocation triggered one.
+            # dropping the last outside reference frees nothing until a later GC pass: each released
+            # case would hold its weights until some later case's allocation triggered one.
             # The collection runs here, after `_let_go` returned: a local still naming the block
-            # while it runs would keep the whole block alive through it (what the H200 showed at 77f0808).
+            # while it runs would keep the whole block alive through it.
             gc.collect()
 
     return Prepared(fn=fn, check=check, metadata=built.metadata, release=release,

@@ -30,6 +30,9 @@
     box.replaceChildren(nav,
       el("p", { class: "status st-" + c.status, id: "case-status" }, c.status + (c.error_kind ? ` (${c.error_kind})` : "")),
       c.message ? el("pre", { class: "message", id: "case-message" }, c.message) : "",
+      // the terminal table's notes, whole (report/table.py: row_notes)
+      (c.notes || []).length ? el("ul", { class: "notes", id: "case-notes" },
+        ...c.notes.filter(n => n !== c.message).map(n => el("li", {}, n))) : "",
       m.rank_local ? el("p", { class: "message", id: "case-rank-local" },
         `rank-local: rank ${m.rank_local.rank} of ${m.rank_local.world} (${m.rank_local.split}), ` +
         `not the whole case: ${m.rank_local.rule}`) : "",
@@ -45,7 +48,16 @@
       m.rank_local ? el("details", {}, el("summary", {}, "the shard's args (what ran)"), pre(m.rank_local.shard)) : "");
 
     const samples = m.samples_us || [];
-    if (samples.length) {
+    const ab = m.ab;
+    const abSeries = ab ? abValues(ab) : null;
+    if (abSeries) {
+      // an A/B row: each side's paired values (device rounds, else host batches), A and B side by side
+      const n = abSeries.a.length + abSeries.b.length;
+      plot("plot-samples", ["a", "b"].map(side => ({ type: "scatter", mode: "markers", name: side.toUpperCase(),
+        x: abSeries[side].map((_, i) => i + 1), y: abSeries[side] })),
+        { title: { text: `${abSeries.what}: A and B (µs)` }, xaxis: { title: { text: abSeries.unit } },
+          yaxis: { title: { text: "µs" } } }, n);
+    } else if (samples.length) {
       const s = m.summary_us || {};
       plot("plot-samples", [{ type: "histogram", x: samples, nbinsx: Math.min(80, Math.max(10, samples.length / 5)),
                               name: "samples", marker: { color: "#4a7ab5" } }],
@@ -59,6 +71,7 @@
     }
 
     const out = [];
+    if (ab) out.push(abSection(ab));
     if (m.stop_reason || m.summary_us) {
       out.push(section("How it stopped", kv([["stop reason", m.stop_reason],
         ["warmup", m.warmup ? `${m.warmup.calls} calls, ${fmt(m.warmup.seconds, 2)} s` : null]]),
@@ -113,6 +126,38 @@
     }
     if (c.other && Object.keys(c.other).length) out.push(section("Other metrics", pre(c.other)));
     document.getElementById("case-sections").replaceChildren(...out);
+  }
+
+  // the values an A/B paired, per side: the device rounds' medians, else the host batches'
+  function abValues(ab) {
+    const dev = ab.device && ab.device.round_median_us, host = ab.host && ab.host.batch_us_per_call;
+    if (dev && (dev.a || []).length) return { what: "device time per round", unit: "round", a: dev.a, b: dev.b || [] };
+    if (host && (host.a || []).length) return { what: "host time per batch", unit: "batch", a: host.a, b: host.b || [] };
+    return null;
+  }
+
+  function abSection(ab) {
+    const clocks = ["host", "device"].filter(k => ab[k]).map(k => ({ clock: k, ...ab[k] }));
+    const ci = d => (d.ci_low_us === null || d.ci_low_us === undefined) ? "" :
+      `[${d.ci_low_us >= 0 ? "+" : ""}${d.ci_low_us.toFixed(2)}, ${d.ci_high_us >= 0 ? "+" : ""}${d.ci_high_us.toFixed(2)}]`;
+    const sides = ab.sides || {};
+    return section("A/B: both sides",
+      el("p", { class: "help" }, data.ab_says + "; each side's number is the median of its paired values."),
+      kv([["A", (sides.a || {}).spec], ["B", (sides.b || {}).spec], ["outputs", (ab.outputs || {}).result],
+          ["outputs differ by", (ab.outputs || {}).rel_error], ["note", sides.note]]),
+      clocks.length ? el("table", { class: "rows", id: "ab-clocks" },
+        el("thead", {}, el("tr", {}, ...["clock", "A µs", "B µs", "paired median difference B−A µs", "interval",
+                                          "pairs", "verdict", "why"].map(h => el("th", {}, h)))),
+        el("tbody", {}, ...clocks.map(d => el("tr", {},
+          el("td", {}, d.clock), el("td", { class: "num" }, fmt(d.a_us, 2)), el("td", { class: "num" }, fmt(d.b_us, 2)),
+          el("td", { class: "num" }, (d.diff_us >= 0 ? "+" : "") + d.diff_us.toFixed(2)), el("td", { class: "num" }, ci(d)),
+          el("td", { class: "num" }, String(d.pairs)),
+          el("td", {}, el("span", { class: "verdict v-" + d.verdict }, d.verdict +
+            (d.numbers_verdict ? ` (${d.numbers_verdict} by the numbers alone)` : ""))),
+          el("td", { class: "msg" }, [d.verdict_why, ...(d.conditions || []).map(x => x.text)].filter(Boolean).join("; ")))))) : "",
+      ["a", "b"].some(s => (sides[s] || {}).check) ? table([["side", "side"], ["checked", "checked"], ["ok", "ok"],
+        ["rel error", "rel_error"], ["bound", "bound"], ["reference", "reference"]],
+        ["a", "b"].filter(s => (sides[s] || {}).check).map(s => ({ side: s.toUpperCase(), ...sides[s].check }))) : "");
   }
 
   function missing(why) {

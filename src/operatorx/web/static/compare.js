@@ -14,8 +14,12 @@
     { key: "b_latency_us", title: "B µs", num: true, digits: 2 },
     { key: "ratio", title: "B/A [CI]", num: true, cell: ratioCell },
     { key: "q_value", title: "q", num: true, cell: r => r.q_value === null ? "-" : r.q_value.toPrecision(2) },
-    { key: "verdict", title: "verdict", cell: r => el("span", { class: "verdict v-" + r.verdict }, r.verdict) },
-    { key: "flags", title: "flags", sortable: false, cls: "msg", cell: r => r.flags.join(", ") },
+    { key: "verdict", title: "verdict", cell: r => el("span", { class: "verdict v-" + r.verdict,
+      title: r.verdict_why || "" }, r.verdict + (r.numbers_verdict ? ` (${r.numbers_verdict} by the numbers alone)` : "")) },
+    // every flag whole, one a line: why the verdict was held back first
+    { key: "flags", title: "flags", sortable: false, cls: "msg flags", cell: r => el("div", {},
+      ...(r.verdict_why ? [el("div", { class: "why" }, r.verdict_why)] : []),
+      ...r.flags.map(f => el("div", { class: "flag" }, f))) },
   ];
   const grid = new Grid(document.getElementById("compare-table"), document.getElementById("pager"), columns,
                         { pageSize: 100 });

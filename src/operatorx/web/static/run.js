@@ -5,17 +5,39 @@
   const run = data.run;
   const rows = data.rows;
 
+  // the terminal table's notes, whole (report/table.py: row_notes), and an A/B row's
   function note(r) {
     const parts = [];
-    if (r.error_kind) parts.push(r.error_kind);
-    if (r.message) parts.push(r.message);
-    if (r.status === "ok") {
-      if (r.clock === "host") parts.push("host clock");
-      if (r.capped) parts.push("clock capped");
-      if (r.noise !== null && r.noise > 0.01) parts.push(`median ±${(100 * r.noise).toFixed(1)}%`);
-    }
+    if (r.error_kind && r.status === "error") parts.push(r.error_kind);
+    for (const n of r.notes || []) parts.push(n);
+    if (!(r.notes || []).length && r.message) parts.push(r.message);
     return parts.join("; ");
   }
+  // an ab run: both sides per clock, the paired median difference B−A with its interval, the verdict
+  const abSide = (clock, side) => r => (r.ab && r.ab[clock] ? r.ab[clock][side + "_us"] : null);
+  const abDiff = clock => r => {
+    const d = r.ab && r.ab[clock];
+    if (!d || d.diff_us === null || d.diff_us === undefined) return "-";
+    const sign = v => (v >= 0 ? "+" : "") + v.toFixed(2);
+    return sign(d.diff_us) + (d.ci_low_us !== null && d.ci_high_us !== null ? ` [${sign(d.ci_low_us)}, ${sign(d.ci_high_us)}]` : "");
+  };
+  const abVerdict = clock => r => {
+    const d = r.ab && r.ab[clock];
+    return d ? el("span", { class: "verdict v-" + d.verdict, title: d.verdict_why || "" },
+                  d.verdict + (d.numbers_verdict ? ` (${d.numbers_verdict} by the numbers alone)` : "")) : "-";
+  };
+  const abClocks = ["host", "device"].filter(clock => rows.some(r => r.ab && r.ab[clock]));  // a CPU A/B has no device
+  const abColumns = abClocks.flatMap(clock => [
+    { key: `ab_${clock}_a`, title: `${clock} A µs`, num: true, digits: 2, sortValue: abSide(clock, "a"),
+      cell: r => fmt(abSide(clock, "a")(r), 2) },
+    { key: `ab_${clock}_b`, title: `${clock} B µs`, num: true, digits: 2, sortValue: abSide(clock, "b"),
+      cell: r => fmt(abSide(clock, "b")(r), 2) },
+    { key: `ab_${clock}_diff`, title: `${clock}: paired median difference B−A µs [CI]`, num: true,
+      sortValue: r => (r.ab && r.ab[clock] ? r.ab[clock].diff_us : null), cell: abDiff(clock) },
+    { key: `ab_${clock}_verdict`, title: `${clock} verdict`, sortValue: r => (r.ab && r.ab[clock] ? r.ab[clock].verdict : null),
+      cell: abVerdict(clock) },
+  ]);
+  const isAb = rows.some(r => r.ab);
 
   const columns = [
     { key: "index", title: "#", num: true, cell: r => String(r.index) },
@@ -24,7 +46,10 @@
     { key: "scheme", title: "scheme" },
     { key: "m", title: "M", num: true, cell: r => r.m === null ? "-" : String(r.m) },
     { key: "status", title: "status", cell: r => el("span", { class: "status" }, r.status) },
-    ...data.metrics.map(m => ({ key: m.key, title: m.title, num: true, digits: m.digits })),   // shown.py
+    ...(isAb ? abColumns : []),
+    ...(isAb ? [{ key: "ab_outputs", title: "outputs", sortValue: r => (r.ab ? r.ab.outputs : null),
+                  cell: r => (r.ab && r.ab.outputs) || "" }] : []),
+    ...(isAb ? [] : data.metrics.map(m => ({ key: m.key, title: m.title, num: true, digits: m.digits }))),   // shown.py
     { key: "sources", title: "sources", sortable: false, cls: "src", cell: r => r.sources.join(", ") },
     { key: "note", title: "note", sortable: false, cls: "msg", cell: note },
   ];

@@ -22,6 +22,10 @@
     { key: "backend", title: "backend" },
     { key: "gpu", title: "GPU", cell: r => r.gpu || r.device },
     { key: "driver", title: "driver", cell: r => r.driver || "" },
+    { key: "run_group", title: "group", cell: r => !r.run_group ? "" : r.group_href
+      ? el("a", { href: r.group_href, class: "group-link" }, r.run_group) : r.run_group },
+    { key: "shard", title: "shard", sortValue: r => r.shard ? Number(r.shard.split("/")[0]) : -1,
+      cell: r => r.shard || "" },
     { key: "rows", title: "rows", num: true },
     { key: "ok", title: "ok", num: true, sortValue: r => count(r, "ok"), cell: r => fmt(count(r, "ok")) },
     { key: "unsupported", title: "unsupported", num: true, sortValue: r => count(r, "unsupported"),
@@ -32,13 +36,14 @@
     { key: "views", title: "views", sortable: false, cell: r => el("span", {},
       el("a", { href: link("roofline", { run: r.id }) }, "roofline"), " ",
       el("a", { href: link("shape", { runs: [r.id] }) }, "shape"), " ",
-      r.previous && hasCompare(r.previous, r.id)
-        ? el("a", { href: link("compare", { a: r.previous, b: r.id }), class: "cmp-prev" }, "vs previous") : null) },
+      r.previous && hasCompare(r.previous, r.id)         // the comparison offered for it, and why (web/pairs.py)
+        ? el("a", { href: link("compare", { a: r.previous, b: r.id }), class: "cmp-prev",
+                    title: r.compare_why || "" }, "vs " + r.previous) : null) },
   );
   const grid = new Grid(document.getElementById("runs-table"), document.getElementById("pager"), columns,
                         { pageSize: 100 });
-  const filters = ["testlist", "backend", "gpu", "state"];
-  const value = (r, f) => f === "gpu" ? (r.gpu || r.device) : r[f];
+  const filters = ["testlist", "backend", "gpu", "state", "group"];
+  const value = (r, f) => f === "gpu" ? (r.gpu || r.device) : f === "group" ? (r.run_group || "") : r[f];
   const q = document.getElementById("q");
   q.value = param("q");
 
@@ -46,7 +51,8 @@
     const text = q.value.trim().toLowerCase();
     const want = Object.fromEntries(filters.map(f => [f, param(f)]));
     const rows = runs.filter(r => filters.every(f => !want[f] || value(r, f) === want[f])
-      && (!text || [r.id, r.gpu, r.device, r.backend, r.testlist, r.state].join(" ").toLowerCase().includes(text)));
+      && (!text || [r.id, r.gpu, r.device, r.backend, r.testlist, r.state, r.run_group].join(" ").toLowerCase()
+        .includes(text)));
     document.getElementById("count").textContent = `${rows.length} of ${runs.length} runs`;
     grid.setRows(rows);
   }

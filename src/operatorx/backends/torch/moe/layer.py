@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from operatorx.backends.base import Check, Prepared, Unsupported
 from operatorx.backends.check import CHECK_ROWS
+from operatorx.backends.ranked import RankComm, RankPrepared
 from operatorx.backends.refusal import library_refusal
 from operatorx.backends.torch.memory import require_memory
 from operatorx.backends.torch.moe import build, support
@@ -59,7 +60,7 @@ class MoeLayer:
     def ranges(self, on: bool) -> None:
         """The layer and its experts share a plain function, never a bound method of the layer: the
         experts holding one would make a reference cycle, and a released case's weights would stay
-        allocated until some later garbage collection (seen on the H200: 1.2 GiB per case)."""
+        allocated until some later garbage collection."""
         self.stage = self.experts.stage = _profiler_range if on else _no_range
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, RouterOutput]:
@@ -126,6 +127,18 @@ class TorchMoe:
         args = case.args
         assert isinstance(args, MoeArgs)
         return support.refusal(args, device)
+
+    def supports_ranks(self, case: Case, device: str, world: int) -> Optional[str]:
+        """The multi-rank refusals (backends/torch/moe/parallel.py: the layer's and one rank's share's)."""
+        from operatorx.backends.torch.moe.parallel import moe_rank_refusal
+
+        return moe_rank_refusal(case, device, world)
+
+    def prepare_ranks(self, case: Case, device: str, comm: RankComm) -> RankPrepared:
+        """This rank's share of a tp / tp·ep / dp·ep layer, its collectives inside the call."""
+        from operatorx.backends.torch.moe.parallel import prepare_moe_ranks
+
+        return prepare_moe_ranks(case, device, comm)
 
     def prepare(self, case: Case, device: str) -> Prepared:
         args = case.args

@@ -1,0 +1,65 @@
+"""The row part of a multi-rank case (`Row.ranks`, `metrics.ranks`): how its W ranks were timed.
+
+A case with `parallel` tp·dp = W > 1 runs as W worker processes in one torch.distributed group
+(docs/scaling.md, "Cases split over several GPUs"). Its `latency_us` is the median over timed
+iterations of the slowest rank's time; this part holds the rest of what the ranks saw. Each
+field's description feeds docs/metrics.md.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from pydantic import Field
+
+from operatorx.result_parts import Part, Telemetry, doc
+
+__all__ = ["RankLine", "Ranks", "NO_KERNELS_CPU", "NO_KERNELS_CUDA"]
+
+NO_KERNELS_CPU = "none: the CPU device runs no kernels, so no rank has a busy or collective time"
+NO_KERNELS_CUDA = ("not recorded: the multi-rank timer reads CUDA events around each call; per-rank CUPTI kernel "
+                   "records (busy time, the collectives' share) are not wired into it yet")
+
+
+class RankLine(Part):
+    """One rank of a multi-rank row (`ranks.per_rank[]`)."""
+
+    rank: int = doc("the rank in the case's group (0 .. world-1)", "", ...)
+    gpu: Optional[str] = doc("the GPU the rank ran on (its CUDA_VISIBLE_DEVICES entry on the host); null on the "
+                             "CPU device")
+    worker: Optional[str] = doc("the sweep's worker (slot) that ran the rank, e.g. `gpu3` or `cpu1`")
+    latency_us: float = doc("median of this rank's own per-iteration times (each after the barrier)", "µs", ...)
+    samples_us: list[float] = Field(default_factory=list, description="this rank's time of every timed iteration, "
+                                    "in order: the row's `samples_us` is their maximum over the ranks, iteration by "
+                                    "iteration", json_schema_extra={"unit": "µs"})
+    busy_us: Optional[float] = doc("median time some kernel of this rank's call was running; null where no kernel "
+                                   "time is recorded (`ranks.kernel_times` says why: the CPU device has none)",
+                                   "µs")
+    collective_us: Optional[float] = doc("median time of the collectives' kernels inside this rank's call (NCCL's); "
+                                         "null where no kernel time is recorded (`ranks.kernel_times`)", "µs")
+    capped: Optional[bool] = doc("this rank's GPU was under a power or thermal cap in the kept attempt")
+    telemetry: Optional[Telemetry] = doc("this rank's GPU clocks, power and temperature while it was timed")
+
+
+class Ranks(Part):
+    """A case run over W ranks of one host as one group: every iteration starts behind a barrier, and
+    per iteration the slowest and fastest ranks' times are kept (measure/rank_timing.py)."""
+
+    world: int = doc("ranks the case ran over: tp·dp", "ranks", ...)
+    split: str = doc("the case's split, e.g. `tp2`, `dp2·ep2`", "", ...)
+    latency_us_min: float = doc("median over the timed iterations of the fastest rank's time (`latency_us` is the "
+                                "median of the slowest's)", "µs", ...)
+    skew_us: float = doc("median over the timed iterations of the spread between the slowest and the fastest "
+                         "rank (max − min): how unevenly the ranks finish after starting together", "µs", ...)
+    iterations: int = doc("timed iterations; every rank ran each one (the count is agreed across ranks)", "calls", ...)
+    capped_ranks: list[int] = Field(default_factory=list, description="ranks whose GPU was capped in the kept "
+                                    "attempt (a capped rank makes every rank take the attempt again)",
+                                    json_schema_extra={"unit": ""})
+    barrier: Optional[str] = doc("what each timed iteration waited on before its call: `gloo all_reduce of one "
+                                 "element` (CPU) or `device all_reduce of one element, no host sync` (CUDA)")
+    kernel_times: Optional[str] = doc("whether the per-rank busy and collective times were recorded, and why not "
+                                      "when they are null")
+    collectives: Optional[list[str]] = doc("the collectives inside the timed call, with the process group's backend "
+                                           "(`all_gather_single (gloo)`, `all_to_all_single (nccl)`)")
+    per_rank: list[RankLine] = Field(default_factory=list, description="one line per rank, in rank order",
+                                     json_schema_extra={"unit": ""})
