@@ -8,6 +8,7 @@
 #   final      the gpu tests, then the multi-rank path at W=1 against the plain path (bench/rank_w1.py),
 #              then the three ab runs of `placement` again (the verdict band as committed), and the
 #              probe list with --host: each case's host time, its batch spread, host_bound or why not
+#   planted    the planted-slowdown ab alone (its spin sized once per case), and the probe list with --host
 #   cost       the first LIMIT (default 1000) cases of `gemm` with --placements 1 and 3: cases/s
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -27,6 +28,16 @@ case "${1:-gpu}" in
       echo "== ab torch vs $b"
       python3 bench/placement_report.py "/tmp/ab-$tag.db" --ab 2>&1 | tee "$OUT/ab-report-$tag.txt"
     done ;;
+  planted)
+    b="py:bench/planted.py:slower[pct=2]"
+    timeout 300 python3 -m operatorx ab --a torch --b "$b" -t "$L" --gpus 0 --db /tmp/ab-planted.db \
+      --results-dir /tmp/res > "$OUT/ab-planted.txt" 2>&1; echo "rc $?" >> "$OUT/ab-planted.txt"
+    echo "== ab torch vs $b"
+    python3 bench/placement_report.py /tmp/ab-planted.db --ab 2>&1
+    echo "== host time, stable or why not (--host, one placement)"
+    timeout 200 python3 -m operatorx run -t "$L" --gpus 0 --host --db /tmp/host.db --results-dir /tmp/res \
+      > "$OUT/host.txt" 2>&1
+    python3 bench/placement_report.py /tmp/host.db 2>&1 ;;
   placement)
     for n in 1 3; do
       for host in plain host; do

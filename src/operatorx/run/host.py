@@ -47,13 +47,17 @@ def host_bound(batch_us: Sequence[float], device_us: float, gpu_paced: bool) -> 
                   f"({q25:.2f}-{q75:.2f} µs per call): the host and the GPU take about as long")
 
 
-def unstable_why(gpu_paced: bool, cpu_contended: bool, spread_pct: float) -> str:
-    """What makes the host batches disagree, where it is known."""
+def unstable_why(gpu_paced: bool, cpu_contended: bool, spread_pct: float, decided: bool = False) -> str:
+    """What makes the host batches disagree, where it is known (`decided`: host_bound was still
+    decided, so host and GPU are not about as long)."""
     if cpu_contended:
         return f"batch IQR {spread_pct:.1f}% of the median: the batches lost the CPU to other processes"
     if gpu_paced:
         return (f"batch IQR {spread_pct:.1f}% of the median: the GPU paced the host (a full launch queue), so "
                 "the batches follow the GPU's clock and power, not Python")
+    if decided:
+        return (f"batch IQR {spread_pct:.1f}% of the median, with the GPU ahead and the CPU not contended: a cause "
+                "not identified (the Python call's own variation); host_bound holds across the batches")
     return (f"batch IQR {spread_pct:.1f}% of the median, with the GPU ahead and the CPU not contended: the "
             "host and the GPU take about as long, and batches alternate between waiting and not")
 
@@ -113,7 +117,8 @@ def host_metrics(prepared: Prepared, device_kind: str, settings: HostTimeSetting
     out["spread_pct"] = spread
     out["stable"] = spread <= STABLE_SPREAD_PCT
     if not out["stable"]:
-        out["unstable_why"] = unstable_why(public.details.gpu_paced, public.details.cpu_contended, spread)
+        out["unstable_why"] = unstable_why(public.details.gpu_paced, public.details.cpu_contended, spread,
+                                           decided=out.get("host_bound") is not None and device_kind == "cuda")
     for name, info in layers.items():
         if name in measured:
             info.update(_entry(measured[name]))
