@@ -1,6 +1,7 @@
 """The multi-rank path with W=1 against the plain path, in one worker: does the rank timer (a barrier,
-then the call between CUDA events; run/ranks/, measure/rank_timing.py) read what the single-device
-timer reads, for the torch gemm and moe? (Issue 30's one-GPU check; its numbers go to docs/benchmarks.md.)
+then the call's kernel span from the activity records; run/ranks/, measure/rank_timing.py) read what
+the single-device timer reads, for the torch gemm and moe? (Issue 30's one-GPU check; its numbers go
+to docs/benchmarks.md.)
 
     python bench/rank_w1.py [--device cuda|cpu] [--rounds 3] [--out FILE.json]
 
@@ -9,8 +10,8 @@ one-rank group is formed (NCCL with NCCL_NVLS_ENABLE=0 on CUDA, gloo on the CPU,
 127.0.0.1). Each case is then timed `--rounds` times each way, alternating: the plain path
 (`CaseRunner.run`: CUPTI kernel spans on CUDA) and the rank path (`run_rank_case` with W=1: the
 same torch call, no collective at W=1, each iteration behind the one-element device all_reduce,
-timed by an event pair). Prints one line per case: both medians, their ratio, the rank path's
-skew (0 at W=1) and checks, and writes every row to `--out` when given.
+its kernel span read from the same records). Prints one line per case: both medians of latency and
+busy time and their ratios, and writes every row to `--out` when given.
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ def main() -> int:
     print(f"{'case':44} {'plain µs':>10} {'rank W=1 µs':>12} {'ratio':>7}  plain method / rank method")
     for i, raw in enumerate(CASES if opts.device == "cuda" else CPU_CASES):
         case = Case.model_validate(raw)
-        plain, ranked = [], []
+        plain, ranked, busy_plain, busy_ranked = [], [], [], []
         for _ in range(opts.rounds):
             row = job.run(case, i)
             result = run_rank_case(job.runner, case, i, assignment)
@@ -83,11 +84,18 @@ def main() -> int:
                 break
             plain.append(row.latency_us)
             ranked.append(rrow.latency_us)
+            if row.busy_us is not None and rrow.busy_us is not None:
+                busy_plain.append(row.busy_us)
+                busy_ranked.append(rrow.busy_us)
             rows.append({"case": case.label(), "plain": row.to_json(), "rank_w1": rrow.to_json()})
         if plain and ranked:
             p, r = statistics.median(plain), statistics.median(ranked)
             method = f"{rows[-1]['plain']['metrics'].get('method')} / {rows[-1]['rank_w1']['metrics'].get('method')}"
-            print(f"{case.label():44} {p:10.2f} {r:12.2f} {r / p:7.3f}  {method}  "
+            busy = ""
+            if busy_plain:
+                bp, br = statistics.median(busy_plain), statistics.median(busy_ranked)
+                busy = f"  busy {bp:.2f} / {br:.2f} ({br / bp:.3f})"
+            print(f"{case.label():44} {p:10.2f} {r:12.2f} {r / p:7.3f}  {method}{busy}  "
                   f"(each: {', '.join(f'{x:.2f}' for x in plain)} | {', '.join(f'{x:.2f}' for x in ranked)})")
     if opts.out:
         with open(opts.out, "w", encoding="utf-8") as f:

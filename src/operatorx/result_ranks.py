@@ -14,11 +14,13 @@ from pydantic import Field
 
 from operatorx.result_parts import Part, Telemetry, doc
 
-__all__ = ["RankLine", "Ranks", "NO_KERNELS_CPU", "NO_KERNELS_CUDA"]
+__all__ = ["RankLine", "Ranks", "PlacementGroup", "NO_KERNELS_CPU", "NO_KERNELS_EVENTS", "KERNELS_RECORDED"]
 
 NO_KERNELS_CPU = "none: the CPU device runs no kernels, so no rank has a busy or collective time"
-NO_KERNELS_CUDA = ("not recorded: the multi-rank timer reads CUDA events around each call; per-rank CUPTI kernel "
-                   "records (busy time, the collectives' share) are not wired into it yet")
+NO_KERNELS_EVENTS = ("not recorded: --timing events reads a CUDA event pair around each call, with the activity "
+                     "records off")
+KERNELS_RECORDED = ("recorded: each rank's own kernel records; an iteration's time is its call's kernel span, busy "
+                    "the time some kernel ran, collective the time NCCL kernels ran")
 
 
 class RankLine(Part):
@@ -28,17 +30,29 @@ class RankLine(Part):
     gpu: Optional[str] = doc("the GPU the rank ran on (its CUDA_VISIBLE_DEVICES entry on the host); null on the "
                              "CPU device")
     worker: Optional[str] = doc("the sweep's worker (slot) that ran the rank, e.g. `gpu3` or `cpu1`")
-    latency_us: float = doc("median of this rank's own per-iteration times (each after the barrier)", "µs", ...)
+    latency_us: float = doc("median of this rank's own per-iteration times (each after the barrier): on CUDA the "
+                            "call's kernel span, as a single-rank row's, or its event pair under --timing events",
+                            "µs", ...)
     samples_us: list[float] = Field(default_factory=list, description="this rank's time of every timed iteration, "
                                     "in order: the row's `samples_us` is their maximum over the ranks, iteration by "
                                     "iteration", json_schema_extra={"unit": "µs"})
-    busy_us: Optional[float] = doc("median time some kernel of this rank's call was running; null where no kernel "
-                                   "time is recorded (`ranks.kernel_times` says why: the CPU device has none)",
-                                   "µs")
-    collective_us: Optional[float] = doc("median time of the collectives' kernels inside this rank's call (NCCL's); "
-                                         "null where no kernel time is recorded (`ranks.kernel_times`)", "µs")
+    busy_us: Optional[float] = doc("median time some kernel of this rank's call was running (a collective's "
+                                   "kernel waiting for a peer runs, so it counts); null where no kernel time is "
+                                   "recorded (`ranks.kernel_times` says why: the CPU device, --timing events)", "µs")
+    collective_us: Optional[float] = doc("median time the collectives' kernels (NCCL's) of this rank's call ran, "
+                                         "waits for peers included; 0 where the call holds none; null where no "
+                                         "kernel time is recorded (`ranks.kernel_times`)", "µs")
     capped: Optional[bool] = doc("this rank's GPU was under a power or thermal cap in the kept attempt")
     telemetry: Optional[Telemetry] = doc("this rank's GPU clocks, power and temperature while it was timed")
+
+
+class PlacementGroup(Part):
+    """Where a cluster scheduler put the group's W processes together (`ranks.placement_group`)."""
+
+    scheduler: str = doc("what placed them: `ray`", "", ...)
+    id: str = doc("the Ray placement group the W rank actors ran in, one bundle per rank (hex id)", "", ...)
+    strategy: str = doc("the placement group's strategy: `STRICT_PACK`, every bundle on one node", "", ...)
+    node: str = doc("the Ray node every rank's actor ran on (each actor said so itself)", "", ...)
 
 
 class Ranks(Part):
@@ -63,3 +77,6 @@ class Ranks(Part):
                                            "(`all_gather_single (gloo)`, `all_to_all_single (nccl)`)")
     per_rank: list[RankLine] = Field(default_factory=list, description="one line per rank, in rank order",
                                      json_schema_extra={"unit": ""})
+    placement_group: Optional[PlacementGroup] = doc("where a cluster scheduler put the W ranks together "
+                                                    "(--executor ray: one placement group on one node); null for a "
+                                                    "host's own workers")

@@ -1,6 +1,6 @@
-"""A read command leaves the directory of a SQLite database as it found it: the -wal and -shm its reads
-make are removed when it ends (`release_read_sidecars`), and only where nothing else uses them, so a
-run writing the file keeps its own. The database file itself is never changed by a reader."""
+"""A read command never changes a SQLite database: the file stays byte for byte as it was, the only
+files it may leave are SQLite's -wal and -shm (which `.gitignore` covers for the default database), and
+it never removes side files, so a writer running beside it keeps every commit."""
 
 from __future__ import annotations
 
@@ -36,7 +36,11 @@ def _digest(db: Path) -> str:
     return hashlib.sha256(db.read_bytes()).hexdigest()
 
 
-def test_a_reader_store_removes_the_side_files_its_reads_made(tmp_path):
+def _only_sqlite_side_files(db: Path) -> bool:
+    return set(_sidecars(db)) <= {db.name + x for x in SIDE}
+
+
+def test_a_reader_store_changes_nothing_and_leaves_only_sqlite_side_files(tmp_path):
     db = tmp_path / "ox.db"
     _fill(db)
     assert _sidecars(db) == []                     # a writer's last close removes them
@@ -45,14 +49,24 @@ def test_a_reader_store_removes_the_side_files_its_reads_made(tmp_path):
     assert [r["id"] for r in reader.list_runs()] == ["r1"]
     assert _sidecars(db) == ["ox.db-shm", "ox.db-wal"]        # reading a WAL database makes them
     reader.close()
-    assert _sidecars(db) == [] and _digest(db) == before
-    reader = Store(str(db), read_only=True)        # a command that never closes its store: collected
+    assert _only_sqlite_side_files(db) and _digest(db) == before
+    assert db.with_name("ox.db-wal").stat().st_size == 0      # nothing was written through them
+    reader = Store(str(db), read_only=True)        # a command that never closes its store
     assert reader.document("r1")["rows"][1]["metrics"]["latency_us"] == 6.0
     del reader
-    assert _sidecars(db) == [] and _digest(db) == before
+    assert _only_sqlite_side_files(db) and _digest(db) == before
+    writer = Store(str(db))                        # the next writer's last close removes them
+    writer.close()
+    assert _sidecars(db) == []
 
 
-def test_read_commands_leave_no_files(tmp_path):
+def test_gitignore_covers_the_default_databases_side_files():
+    ignored = (Path(__file__).parents[2] / ".gitignore").read_text().splitlines()
+    for name in ("operatorx.db", "operatorx.db-wal", "operatorx.db-shm"):
+        assert "/" + name in ignored, name
+
+
+def test_read_commands_change_nothing(tmp_path):
     db = tmp_path / "ox.db"
     _fill(db)
     before = _digest(db)
@@ -61,16 +75,16 @@ def test_read_commands_leave_no_files(tmp_path):
                  ["results", "compare", "r1", "r1"], ["db", "check"]):
         done_ = subprocess.run([*base, *args, "--db", str(db)], capture_output=True, text=True, timeout=300)
         assert done_.returncode in (0, 1), (args, done_.stderr[-1000:])
-        assert _sidecars(db) == [], args
+        assert _only_sqlite_side_files(db) and _digest(db) == before, args
     out = tmp_path / "site"
     built = subprocess.run([*base, "report", "build", "--db", str(db), "-o", str(out), "--compare", "none"],
                            capture_output=True, text=True, timeout=300)
     assert built.returncode == 0, built.stderr[-2000:]
-    assert (out / "run-r1.html").is_file() and _sidecars(db) == ["site"]
+    assert (out / "run-r1.html").is_file() and set(_sidecars(db)) - {"ox.db-wal", "ox.db-shm"} == {"site"}
     assert _digest(db) == before
 
 
-def test_serve_leaves_no_files_after_it_stops(tmp_path):
+def test_serve_changes_nothing(tmp_path):
     db = tmp_path / "ox.db"
     _fill(db)
     before = _digest(db)
@@ -91,7 +105,7 @@ def test_serve_leaves_no_files_after_it_stops(tmp_path):
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(30)
-    assert _sidecars(db) == [] and _digest(db) == before
+    assert _only_sqlite_side_files(db) and _digest(db) == before
 
 
 _WRITER = """
@@ -132,7 +146,7 @@ def test_a_reader_leaves_a_running_writers_files_alone(tmp_path):
     assert writer.wait(60) == 0
     with Store(str(db), read_only=True) as again:             # the writer's rows after the reader: all there
         assert [r["metrics"].get("latency_us") for r in again.document("r1")["rows"]] == [5.0, 9.0, 7.0]
-    assert _sidecars(db) == []
+    assert _only_sqlite_side_files(db)
 
 
 def test_a_reader_keeps_a_wal_that_holds_commits(tmp_path):
@@ -152,3 +166,52 @@ def test_a_reader_keeps_a_wal_that_holds_commits(tmp_path):
         assert [r["metrics"].get("latency_us") for r in reader.document("r1")["rows"]] == [5.0, 9.0, 7.0]
     assert _sidecars(db) == ["ox.db-shm", "ox.db-wal"]
     assert _digest(db) == before and _digest(wal) == wal_before
+
+
+_STEADY_WRITER = """
+import sys
+from operatorx.store import Store
+from tests.store.conftest import done
+store = Store(sys.argv[1])
+for i in range(int(sys.argv[2])):
+    store.put_row("r2", done(i, latency_us=float(i)))
+store.close()
+"""
+
+
+def test_readers_opening_closing_and_holding_stores_beside_a_writer_lose_nothing(tmp_path):
+    """Readers that open, close, drop and hold stores the whole time a writer commits: the database
+    stays sound and holds every row the writer stored."""
+    import gc
+    import sqlite3
+
+    db = tmp_path / "ox.db"
+    _fill(db)
+    seed = Store(str(db))
+    seed.begin_run("r2", "2026-11-30T01:00:00", "t", "torch", "cpu", {}, planned(400))
+    seed.close()
+    writer = subprocess.Popen([sys.executable, "-c", _STEADY_WRITER, str(db), "400"],
+                              cwd=Path(__file__).parents[2])
+    held, opens = [], 0
+    while writer.poll() is None or opens < 30:
+        reader = Store(str(db), read_only=True)
+        assert reader.document("r1")["rows"][0]["metrics"]["latency_us"] == 5.0
+        if opens % 3 == 0:
+            held.append(reader)
+        elif opens % 3 == 1:
+            reader.close()
+        else:
+            del reader
+            gc.collect()
+        opens += 1
+    assert writer.wait(120) == 0
+    for reader in held:
+        reader.close()
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        assert con.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    finally:
+        con.close()
+    with Store(str(db), read_only=True) as check:
+        latencies = [r["metrics"].get("latency_us") for r in check.document("r2")["rows"]]
+    assert sorted(latencies) == [float(i) for i in range(400)]

@@ -9,7 +9,11 @@ The protocol (upstream OperatorX's for multi-rank ops, kept here):
 - each timed iteration: a barrier, then the timed call. On CUDA the barrier is an all_reduce of one
   element on the device, with no host synchronization: the host enqueues the whole round ahead of
   the GPU (behind a spin), the ranks' GPUs leave the barrier together, and how late each host
-  launched is not measured. On the CPU it is a gloo all_reduce of one element, then the host clock;
+  launched is not measured. Each iteration's time there is its call's kernel span from the
+  process's activity records (first kernel start to last kernel end, as single-rank rows read it),
+  with the rank's busy time and its collectives' (NCCL kernels') busy time beside it; `--timing
+  events` reads a CUDA event pair instead. On the CPU it is a gloo all_reduce of one element, then
+  the host clock;
 - after each round the ranks exchange their times (and rank 0's elapsed wall time), so every rank
   holds the same W × n matrix and takes the same decision to stop (measure/loop.py's rule, applied
   to the per-iteration maxima) with no further message;
@@ -32,8 +36,10 @@ from operatorx.measure.loop import mark_process_warmed, stop_reason
 from operatorx.measure.settings import TimingSettings
 from operatorx.measure.stats import summarize
 from operatorx.measure.telemetry import Telemetry, TelemetrySampler
+from operatorx.measure.trace import CallTrace
 
-__all__ = ["Agree", "IterationClock", "HostIterationClock", "CudaIterationClock", "RankMeasurement",
+__all__ = ["Agree", "IterationClock", "HostIterationClock", "CudaIterationClock", "KernelIterationClock",
+           "RoundTimes", "collective_busy_ns", "RankMeasurement",
            "RankAttempts", "agreed_warmup_calls", "measure_ranks", "measure_ranks_with_retries", "per_iteration",
            "MAX_WARMUP_CALLS"]
 
@@ -59,6 +65,16 @@ class Agree(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class RoundTimes:
+    """One rank's times of a round's iterations (µs): the call's time, and where kernels were recorded,
+    the time some kernel of the call ran (busy) and the time its collectives' kernels ran."""
+
+    call_us: list[float]
+    busy_us: Optional[list[float]] = None
+    collective_us: Optional[list[float]] = None
+
+
 class IterationClock(Protocol):
     """How one rank runs a synchronized call and a round of barrier-then-timed-call iterations."""
 
@@ -72,8 +88,8 @@ class IterationClock(Protocol):
         ...
 
     def round(self, fn: Callable[[], Any], n: int, call_s: float, pause_s: float,
-              before_barrier: Optional[Callable[[], None]]) -> list[float]:
-        """`n` iterations of barrier + timed call; each iteration's time in µs."""
+              before_barrier: Optional[Callable[[], None]]) -> RoundTimes:
+        """`n` iterations of barrier + timed call; each iteration's times."""
         ...
 
 
@@ -91,7 +107,7 @@ class HostIterationClock:
         fn()
 
     def round(self, fn: Callable[[], Any], n: int, call_s: float, pause_s: float,
-              before_barrier: Optional[Callable[[], None]]) -> list[float]:
+              before_barrier: Optional[Callable[[], None]]) -> RoundTimes:
         out: list[float] = []
         for _ in range(n):
             if before_barrier is not None:
@@ -102,12 +118,19 @@ class HostIterationClock:
             out.append((time.perf_counter_ns() - t0) / 1e3)
             if pause_s > 0:
                 time.sleep(pause_s)
-        return out
+        return RoundTimes(out)
+
+
+def _spin_cycles(n: int, call_s: float, hz: float) -> int:
+    """The GPU spin the host enqueues a round of `n` calls behind: ~30 µs a call of launches, the call
+    itself, at most 50 ms."""
+    return int(min(0.05, n * (call_s + 30e-6)) * hz)
 
 
 class CudaIterationClock:
-    """CUDA ranks: the round is enqueued behind a GPU spin; each iteration flushes L2 (the run's state),
-    waits in a device all_reduce of one element (no host sync), and is timed by a CUDA event pair."""
+    """CUDA ranks under `--timing events`: the round is enqueued behind a GPU spin; each iteration
+    flushes L2 (the run's state), waits in a device all_reduce of one element (no host sync), and is
+    timed by a CUDA event pair."""
 
     clock = "device"
     method = "ranks/cuda_events"
@@ -124,14 +147,12 @@ class CudaIterationClock:
         torch.cuda.synchronize()
 
     def round(self, fn: Callable[[], Any], n: int, call_s: float, pause_s: float,
-              before_barrier: Optional[Callable[[], None]]) -> list[float]:
+              before_barrier: Optional[Callable[[], None]]) -> RoundTimes:
         import torch
 
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
-        # the host enqueues the round while the GPU spins: ~30 µs a call of launches, the call itself
-        spin_s = min(0.05, n * (call_s + 30e-6))
-        torch.cuda._sleep(int(spin_s * self._hz))
+        torch.cuda._sleep(_spin_cycles(n, call_s, self._hz))
         for i in range(n):
             if before_barrier is not None:
                 before_barrier()
@@ -143,7 +164,57 @@ class CudaIterationClock:
             if pause_s > 0:
                 torch.cuda._sleep(int(pause_s * self._hz))
         torch.cuda.synchronize()
-        return [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends, strict=True)]
+        return RoundTimes([s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends, strict=True)])
+
+
+def collective_busy_ns(call: CallTrace) -> int:
+    """Time some collective (NCCL) kernel of the call ran, overlaps counted once."""
+    return CallTrace([a for a in call.activities if "nccl" in a.name.lower()]).busy_ns
+
+
+class KernelIterationClock:
+    """CUDA ranks (the default `kernels` timing): the same round as `CudaIterationClock` (behind a GPU
+    spin; per iteration the L2 flush and the device barrier, outside the call), recorded by the
+    process's activity session. An iteration's time is its call's kernel span, as a single-rank row's,
+    so one rank reads what the plain path reads; its busy and collective times come with it. A round
+    whose records miss a call raises: a span that lost a kernel must not pass as a shorter time."""
+
+    clock = "device"
+    method = "ranks/kernel_span"
+    barrier_name = "device all_reduce of one element, no host sync"
+
+    def __init__(self, barrier: Callable[[], None], flush: Callable[[], None], sm_clock_hz: Optional[float]):
+        self._barrier, self._flush = barrier, flush
+        self._hz = sm_clock_hz or 2.0e9
+
+    def synced_call(self, fn: Callable[[], Any]) -> None:
+        import torch
+
+        fn()
+        torch.cuda.synchronize()
+
+    def round(self, fn: Callable[[], Any], n: int, call_s: float, pause_s: float,
+              before_barrier: Optional[Callable[[], None]]) -> RoundTimes:
+        from operatorx.measure.activity import activity_session
+        from operatorx.measure.trace import trace_batch
+
+        activity_session().discard()    # the warmup's and the exchanges' records are no round's
+
+        def outside_the_call() -> None:
+            if before_barrier is not None:
+                before_barrier()
+            self._flush()
+            self._barrier()
+
+        batch = trace_batch(fn, n, outside_the_call, _spin_cycles(n, call_s, self._hz), pause_s=pause_s,
+                            pause_spin_cycles=int(pause_s * self._hz) if pause_s > 0 else 0)
+        calls = batch.calls
+        if len(calls) != n or any(not c.activities for c in calls) or batch.records_dropped:
+            raise RuntimeError(f"kernel records incomplete for a round of {n} calls: {len(calls)} calls recorded, "
+                               f"{sum(1 for c in calls if not c.activities)} without kernels, "
+                               f"{batch.records_dropped} records dropped")
+        return RoundTimes([c.span_ns / 1e3 for c in calls], [c.busy_ns / 1e3 for c in calls],
+                          [collective_busy_ns(c) / 1e3 for c in calls])
 
 
 @dataclass(frozen=True)
@@ -181,6 +252,10 @@ class RankMeasurement:
     window_start_s: float
     """This rank's perf_counter when the timed iterations began (its telemetry window starts there)."""
     pause_s: float = 0.0
+    busy_us: Optional[list[float]] = None
+    """This rank's busy time of every timed iteration (kernel records only; else None)."""
+    collective_us: Optional[list[float]] = None
+    """This rank's collectives' kernel time of every timed iteration (kernel records only; else None)."""
 
     @property
     def latency_us(self) -> float:
@@ -197,6 +272,13 @@ class RankMeasurement:
 
     def rank_latency_us(self, rank: int) -> float:
         return float(statistics.median(self.by_rank_us[rank]))
+
+    def busy_median_us(self) -> Optional[float]:
+        """This rank's median busy time (None without kernel records)."""
+        return float(statistics.median(self.busy_us)) if self.busy_us else None
+
+    def collective_median_us(self) -> Optional[float]:
+        return float(statistics.median(self.collective_us)) if self.collective_us else None
 
     def summary(self) -> dict[str, float]:
         """Statistics of the per-iteration maxima (the row's `samples_us`)."""
@@ -236,19 +318,25 @@ def measure_ranks(fn: Callable[[], Any], clock: IterationClock, agree: Agree, se
     of the group calls it with the same settings."""
     calls, warm_s, call_s = _warmup(fn, clock, agree, settings, first_op)
     by_rank: list[list[float]] = [[] for _ in range(agree.world)]
+    busy: Optional[list[float]] = []
+    collective: Optional[list[float]] = []
     start = time.perf_counter()
     reason: Optional[str] = None
     while reason is None:
         n = max(1, min(_ROUND_CALLS, settings.max_samples - len(by_rank[0])))
         mine = clock.round(fn, n, call_s, pause_s, before_barrier)
-        rows = agree.gather_floats([*mine, time.perf_counter() - start])
+        busy = busy + mine.busy_us if busy is not None and mine.busy_us is not None else None
+        collective = collective + mine.collective_us \
+            if collective is not None and mine.collective_us is not None else None
+        rows = agree.gather_floats([*mine.call_us, time.perf_counter() - start])
         elapsed0 = rows[0][-1]                 # rank 0's clock decides, the same on every rank
         for r, row in enumerate(rows):
             by_rank[r].extend(row[:-1])
         reason = stop_reason(per_iteration(by_rank).max_us, elapsed0, settings)
     return RankMeasurement(by_rank_us=by_rank, iterations=per_iteration(by_rank), warmup_calls=calls,
                            warmup_s=warm_s, stop_reason=reason, method=clock.method, clock=clock.clock,
-                           barrier=clock.barrier_name, window_start_s=start, pause_s=pause_s)
+                           barrier=clock.barrier_name, window_start_s=start, pause_s=pause_s,
+                           busy_us=busy or None, collective_us=collective or None)
 
 
 @dataclass

@@ -33,7 +33,8 @@ if TYPE_CHECKING:
     from operatorx.run.ranks.gang import GangRunner
     from operatorx.spec import Case
 
-__all__ = ["Task", "SlotLike", "SendsAhead", "Scheduler", "SchedulerEvents", "FinishedCase", "FINISHED_PER_CALL"]
+__all__ = ["Task", "SlotLike", "host_of", "most_on_one_host", "SendsAhead", "Scheduler", "SchedulerEvents",
+           "FinishedCase", "FINISHED_PER_CALL"]
 
 FINISHED_PER_CALL = 64
 """At most this many finished cases in one `cases_finished` call."""
@@ -53,6 +54,9 @@ class Task:
 
 
 class SlotLike(Protocol):
+    """A slot may also name its host (`host`: a Ray actor is pinned to a node); slots without one are
+    all of the parent's host. A gang's members are slots of one host (`host_of`)."""
+
     name: str
 
     def ensure_worker(self) -> dict[str, Any]: ...
@@ -68,6 +72,25 @@ class SendsAhead(Protocol):
 
     def send_case(self, index: int, case: Case, ahead: bool = False) -> bool: ...
     def await_case(self, index: int, deadline_s: float, stop: threading.Event) -> CaseOutcome: ...
+
+
+def host_of(slot: object) -> str:
+    """The host a slot's worker runs on ("" for the parent's own): the W members of a gang share one,
+    since a group's rendezvous and its Ray placement group are one node's (run/ranks/)."""
+    return str(getattr(slot, "host", "") or "")
+
+
+def most_on_one_host(slots: Sequence[object]) -> int:
+    """The most slots of one host that can run at once (a slot may say how many its host holds,
+    `host_room`: a Ray node's GPUs or CPUs): the largest gang this run can gather."""
+    counts: dict[str, int] = {}
+    room: dict[str, int] = {}
+    for slot in slots:
+        counts[host_of(slot)] = counts.get(host_of(slot), 0) + 1
+        held = getattr(slot, "host_room", None)
+        if held is not None:
+            room[host_of(slot)] = int(held)
+    return max((min(n, room.get(h, n)) for h, n in counts.items()), default=0)
 
 
 @dataclass(frozen=True)
@@ -92,6 +115,8 @@ class _Gang:
     taking them once the gang is full; the last member to sit down leads it: it runs the case, then
     the split's next cases on the same workers, and dissolves the gang."""
     task: Task
+    host: str = ""
+    """The host of every member (`host_of`)."""
     members: list[SlotLike] = field(default_factory=list)
     seated: int = 0
     done: bool = False
@@ -125,7 +150,10 @@ class Scheduler:
         self._member_of: dict[str, _Gang] = {}
         self._active: dict[str, int] = {}
         """Full gangs of each split, running or about to."""
-        self._live = len(self.slots)
+        self._live_at: dict[str, int] = {}
+        """Live slots on each host (`host_of`): a gang gathers on one host."""
+        for slot in self.slots:
+            self._live_at[host_of(slot)] = self._live_at.get(host_of(slot), 0) + 1
         self._pending: deque[Task] = deque(tasks)
         self._lock = threading.Condition()
         self._in_flight = 0
@@ -161,11 +189,12 @@ class Scheduler:
                         self._leave(gang, slot)
                     return None
                 if gang is None:
+                    host = host_of(slot)
                     if self._forming is None:
-                        task = self._pop_for_new_gang()
+                        task = self._pop_for_new_gang(host)
                         if task is not None:
-                            self._forming = _Gang(task)
-                    gang = self._forming
+                            self._forming = _Gang(task, host=host)
+                    gang = self._forming if self._forming is not None and self._forming.host == host else None
                     if gang is not None:
                         gang.members.append(slot)
                         self._member_of[slot.name] = gang
@@ -174,27 +203,29 @@ class Scheduler:
                             self._active[gang.task.split] = self._active.get(gang.task.split, 0) + 1
                         self._lock.notify_all()
                         continue
-                if gang is not None and gang.task.world > self._live:
+                if gang is not None and gang.task.world > self._live_at.get(gang.host, 0):
                     self._abandon(gang)
                     continue
                 single = self._pop(multi=False)
                 if single is not None:
                     return single
+                self._end_unrunnable()
                 self._lock.wait(0.2)
 
-    def _pop_for_new_gang(self) -> Optional[Task]:
-        """The first waiting multi-rank case a new gang should gather for (under the lock). Not one of
-        a split whose running gangs will take every waiting case of it next: those run on the workers
-        that already hold the split's group, where a new gang would cost a group and fresh workers;
-        and none that needs more slots than the full gangs leave (it could only fill from theirs)."""
+    def _pop_for_new_gang(self, host: str) -> Optional[Task]:
+        """The first waiting multi-rank case a new gang on `host` should gather for (under the lock).
+        Not one of a split whose running gangs will take every waiting case of it next: those run on
+        the workers that already hold the split's group, where a new gang would cost a group and fresh
+        workers; and none that needs more of the host's slots than its full gangs leave (it could only
+        fill from theirs)."""
         waiting: dict[str, int] = {}
         for task in self._pending:
             if task.world > 1:
                 waiting[task.split] = waiting.get(task.split, 0) + 1
-        held = sum(len(g.members) for g in set(self._member_of.values()) if g.full and not g.done)
+        held = sum(len(g.members) for g in set(self._member_of.values()) if g.full and not g.done and g.host == host)
         for i, task in enumerate(self._pending):
             if task.world > 1 and self.gangs is not None and waiting[task.split] > self._active.get(task.split, 0) \
-                    and self._live - held >= task.world:
+                    and self._live_at.get(host, 0) - held >= task.world:
                 del self._pending[i]
                 self._in_flight += 1
                 return task
@@ -217,10 +248,29 @@ class Scheduler:
             self._member_of.pop(member.name, None)
         if self._forming is gang:
             self._forming = None
-        outcome = CaseOutcome(index=gang.task.index, failure="crashed", worker_replaced=False,
-                              detail=f"of a {gang.task.world}-rank case: only {self._live} worker(s) could start")
-        self._events.put(_Event("finished", "", task=gang.task, outcome=outcome))
+        self._events.put(self._too_few_workers(gang.task))
         self._lock.notify_all()
+
+    def _end_unrunnable(self) -> None:
+        """Waiting multi-rank cases that need more slots than are still live end as failures (under the
+        lock): no gang could ever gather for them, and the run would wait for them forever."""
+        if self.gangs is None:
+            return
+        for task in [t for t in self._pending if t.world > self._most_live()]:
+            self._pending.remove(task)
+            self._in_flight += 1
+            self._events.put(self._too_few_workers(task))
+
+    def _most_live(self) -> int:
+        """The most live slots on one host (under the lock): the largest gang that can still gather."""
+        return max(self._live_at.values(), default=0)
+
+    def _too_few_workers(self, task: Task) -> _Event:
+        where = " on one host" if len(self._live_at) > 1 else ""
+        outcome = CaseOutcome(index=task.index, failure="crashed", worker_replaced=False,
+                              detail=f"of a {task.world}-rank case: only {self._most_live()} worker(s){where} "
+                                     "could start")
+        return _Event("finished", "", task=task, outcome=outcome)
 
     def _sit(self, gang: _Gang) -> None:
         """Wait in a full gang until every member is free; the last one leads it."""
@@ -281,7 +331,10 @@ class Scheduler:
             self._serve_slot(slot)
         finally:
             with self._lock:
-                self._live -= 1
+                gang = self._member_of.get(slot.name)
+                if gang is not None and not gang.full:
+                    self._leave(gang, slot)            # a slot that ended: its forming gang fills without it
+                self._live_at[host_of(slot)] -= 1
                 self._lock.notify_all()
             self._events.put(_Event("slot_done", slot.name))
 

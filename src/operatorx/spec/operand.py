@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from typing import Annotated, Any, Optional
 
 from pydantic import Field, ModelWrapValidatorHandler, model_validator
+from typing_extensions import Self
 
 from operatorx.spec.base import MAX_INT64, SpecModel
 from operatorx.spec.dtypes import ELEMENT_BITS, FLOAT_DTYPES, SCALE_BITS, ElementDType, ScaleDType
@@ -69,6 +71,8 @@ _INTERNED: dict[str, Operand] = {}
 _INTERNED_MAX = 4096
 #: Longer descriptions are validated every time (no real operand is this long).
 _INTERN_KEY_MAX_CHARS = 400
+#: Set while `Operand.__init__` validates: that validation keeps its own instance.
+_BUILDING: ContextVar[bool] = ContextVar("operatorx_operand_building", default=False)
 
 
 class Operand(SpecModel):
@@ -80,25 +84,34 @@ class Operand(SpecModel):
     symmetric: Optional[bool] = None
     input: Optional[ElementDType] = None
 
+    def __init__(self, /, **data: Any) -> None:
+        """`Operand(dtype=...)` builds its own instance: validation through `__init__` must return
+        `self`, so it is never swapped for an interned one (pydantic warns where it would be)."""
+        token = _BUILDING.set(True)
+        try:
+            super().__init__(**data)
+        finally:
+            _BUILDING.reset(token)
+
     @model_validator(mode="wrap")
     @classmethod
-    def _interned(cls, data: Any, handler: ModelWrapValidatorHandler[Operand]) -> Operand:
+    def _interned(cls, data: Any, handler: ModelWrapValidatorHandler[Self]) -> Self:
         """One frozen instance per distinct description: a testlist repeats a handful of operands over
         every case, and sharing them halved the memory of 10^5 loaded cases (docs/benchmarks.md, "Scale
         of a testlist"). The description's `repr` is the key: it tells `1` from `1.0` and `true`, as
         strict validation does."""
-        if type(data) is not dict:
+        if type(data) is not dict or _BUILDING.get():
             return handler(data)._consistent()
         key = repr(data)
         hit = _INTERNED.get(key)
-        if hit is not None:
+        if isinstance(hit, cls):
             return hit
         out = handler(data)._consistent()
         if len(_INTERNED) < _INTERNED_MAX and len(key) <= _INTERN_KEY_MAX_CHARS:
             _INTERNED[key] = out
         return out
 
-    def _consistent(self) -> Operand:
+    def _consistent(self) -> Self:
         """The fields agree (a scale where the dtype needs one, none where it does not); checked once
         per distinct operand, inside `_interned`."""
         if self.dtype in FLOAT_DTYPES and (self.scale or self.scale2):

@@ -27,7 +27,7 @@ from operatorx.store.target import PG_CONNECT_TIMEOUT_S, DbTarget, require_psyco
 from operatorx.store.writes import json_dumps
 
 __all__ = ["make_engine", "translate", "transaction", "retrying", "busy_timeout_s", "set_wal", "sqlite_uri",
-           "sqlite_needs_immutable", "release_read_sidecars"]
+           "sqlite_needs_immutable"]
 
 T = TypeVar("T")
 _DEFAULT_BUSY_TIMEOUT_S = 30.0
@@ -63,46 +63,12 @@ def sqlite_uri(path: Path, mode: str) -> str:
     return uri + "&immutable=1" if mode == "ro" and sqlite_needs_immutable(path) else uri
 
 
-def release_read_sidecars(path: Path) -> bool:
-    """After a read-only store closes: have SQLite remove the -wal and -shm beside `path` when the -wal
-    is empty and no other connection uses the database. Returns whether they are gone.
-
-    A reader cannot do it itself: SQLite deletes them on the last connection's close only when it can
-    take the exclusive lock, which a `mode=ro` connection may not, so a read command would leave them
-    behind. One `mode=rw` connection that only reads is opened and closed here; its close removes them
-    under that lock, so a run using the file (it holds a shared lock) keeps its files. An empty -wal
-    means its close has nothing to copy into the database: the file is left as it was."""
-    wal, shm = (path.with_name(path.name + s) for s in ("-wal", "-shm"))
-    try:
-        if not wal.is_file() or wal.stat().st_size or not os.access(path, os.W_OK):
-            return not wal.exists() and not shm.exists()
-        conn = sqlite3.connect(sqlite_uri(path, "rw"), uri=True, timeout=0, isolation_level=None)
-        try:
-            conn.execute("PRAGMA query_only=ON")
-            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-        finally:
-            conn.close()
-    except (OSError, sqlite3.Error):
-        pass
-    return not wal.exists() and not shm.exists()
-
-
-class _ReadConnection(sqlite3.Connection):
-    """A read-only connection whose close removes the side files its reads made, where it was the
-    last one using them (`release_read_sidecars`)."""
-
-    db_path: Path
-
-    def close(self) -> None:
-        super().close()
-        release_read_sidecars(self.db_path)
-
-
 def make_engine(target: DbTarget, *, mode: str, timeout_s: float) -> Engine:
     """`mode` is SQLite's open mode: `rwc` (create if missing), `rw`, or `ro`. `ro` is a reader's
     promise on both kinds: SQLite opens `mode=ro` (and `immutable=1` where the directory cannot take
-    the -wal/-shm) with `query_only`, and a reader's last connection to close removes the -wal/-shm
-    its reads made; PostgreSQL sessions default to READ ONLY transactions."""
+    the -wal/-shm) with `query_only`; it never removes the -wal/-shm its reads made, since deleting a
+    -wal another process is about to write loses that process's commits. PostgreSQL sessions
+    default to READ ONLY transactions."""
     if target.kind == "postgresql":
         require_psycopg(target)
         assert target.url is not None
@@ -121,9 +87,7 @@ def make_engine(target: DbTarget, *, mode: str, timeout_s: float) -> Engine:
         # isolation_level=None: the driver begins nothing by itself; `transaction` below does. The URI
         # is made per connection: whether `immutable` is needed can change while a server runs.
         conn = sqlite3.connect(sqlite_uri(path, mode), uri=True, timeout=timeout_s, isolation_level=None,
-                               check_same_thread=False, factory=_ReadConnection if mode == "ro" else sqlite3.Connection)
-        if isinstance(conn, _ReadConnection):
-            conn.db_path = path
+                               check_same_thread=False)
         conn.execute("PRAGMA foreign_keys=ON")
         conn.execute("PRAGMA synchronous=NORMAL")
         if mode == "ro":

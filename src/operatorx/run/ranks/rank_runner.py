@@ -23,7 +23,9 @@ from operatorx.measure.rank_timing import (
     CudaIterationClock,
     HostIterationClock,
     IterationClock,
+    KernelIterationClock,
     RankAttempts,
+    RankMeasurement,
     measure_ranks_with_retries,
 )
 from operatorx.result import (
@@ -41,7 +43,7 @@ from operatorx.result import (
     compute_rates,
     json_safe,
 )
-from operatorx.result_ranks import NO_KERNELS_CPU, NO_KERNELS_CUDA, RankLine, Ranks
+from operatorx.result_ranks import KERNELS_RECORDED, NO_KERNELS_CPU, NO_KERNELS_EVENTS, RankLine, Ranks
 from operatorx.run.case import _peak
 from operatorx.run.case_gate import case_refusal
 from operatorx.run.faults import classify_message
@@ -118,15 +120,22 @@ def _refusal(case: Case, backend: Any, name: str, device: str, cpu_max_gflop: fl
 
 
 def _clock(runner: CaseRunner, group: RankGroup) -> IterationClock:
+    """CUDA: kernel spans from the activity records (as single-rank rows), or event pairs under
+    `--timing events`; the CPU: the host clock."""
     if runner.device.kind == "cuda":
-        return CudaIterationClock(group.barrier, runner.timer.flusher.flush, runner.telemetry.max_sm_clock_hz())
+        make = CudaIterationClock if _events_timed(runner) else KernelIterationClock
+        return make(group.barrier, runner.timer.flusher.flush, runner.telemetry.max_sm_clock_hz())
     return HostIterationClock(group.barrier)
 
 
-def _recording_paused(device: str) -> AbstractContextManager[None]:
-    """CUDA: CUPTI's recording off while the ranks are timed (their timer reads CUDA events, and records
-    nobody reads would pile up in the worker's session); nothing to pause on the CPU."""
-    if device != "cuda":
+def _events_timed(runner: CaseRunner) -> bool:
+    return runner.config.timing.mode == "events"
+
+
+def _recording_paused(runner: CaseRunner) -> AbstractContextManager[None]:
+    """CUDA under `--timing events`: CUPTI's recording off while the ranks are timed (event pairs must not
+    pay its per-call cost, and records nobody reads would pile up); otherwise nothing to pause."""
+    if runner.device.kind != "cuda" or not _events_timed(runner):
         return nullcontext()
     from operatorx.measure.activity import activity_paused
 
@@ -144,6 +153,12 @@ def _scaled_peak(peak: Optional[Peak], world: int) -> Optional[Peak]:
     return Peak(compute_class=peak.compute_class, tflops=times(peak.tflops), memory_gbps=times(peak.memory_gbps),
                 measured_tflops=times(peak.measured_tflops), measured_memory_gbps=times(peak.measured_memory_gbps),
                 source=f"{peak.source} × {world} ranks" if peak.source else f"× {world} ranks")
+
+
+def _kernel_times(device: str, m: RankMeasurement) -> str:
+    if device == "cpu":
+        return NO_KERNELS_CPU
+    return KERNELS_RECORDED if m.busy_us is not None else NO_KERNELS_EVENTS
 
 
 class _RankCase:
@@ -174,7 +189,7 @@ class _RankCase:
         try:
             if fault is not None:
                 fault.timing_begins()
-            with _recording_paused(self.device):
+            with _recording_paused(self.runner):
                 done = measure_ranks_with_retries(fn, _clock(self.runner, group), group, self.runner.telemetry,
                                                   config.timing, first_op=not getattr(loop, "_process_warmed", False),
                                                   before_barrier=fault.before_barrier() if fault is not None else None)
@@ -221,7 +236,8 @@ class _RankCase:
     def _row_parts(self, group: RankGroup, prepared: RankPrepared, check: Check, done: RankAttempts) -> None:
         m, a = done.measurement, self.a
         mine = {"rank": a.rank, "gpu": a.gpus[a.rank], "worker": a.workers[a.rank],
-                "latency_us": m.rank_latency_us(a.rank), "capped": bool(done.telemetry.get("capped")),
+                "latency_us": m.rank_latency_us(a.rank), "busy_us": m.busy_median_us(),
+                "collective_us": m.collective_median_us(), "capped": bool(done.telemetry.get("capped")),
                 "telemetry": json_safe(done.telemetry)}
         lines = group.gather_objects(mine)
         if a.rank != 0:
@@ -229,8 +245,9 @@ class _RankCase:
         config, kind = self.runner.config, self.device
         summary = m.summary()
         l2 = "n/a (cpu)" if kind == "cpu" else config.timing.l2_state
+        slowest_busy_us = max((line["busy_us"] for line in lines if line["busy_us"] is not None), default=None)
         self.parts["measured"] = Measured(
-            latency_us=m.latency_us, busy_us=None, method=m.method, clock=m.clock,  # type: ignore[arg-type]
+            latency_us=m.latency_us, busy_us=slowest_busy_us, method=m.method, clock=m.clock,  # type: ignore[arg-type]
             l2_state=l2, l2_verified=self.runner.l2_check.get("verified") if self.runner.l2_check else None,
             noise=json_safe(summary.get("median_noise")), summary_us=Summary.model_validate(json_safe(summary)),
             samples_us=list(m.iterations.max_us), warmup=Warmup(calls=m.warmup_calls, seconds=m.warmup_s),
@@ -247,13 +264,14 @@ class _RankCase:
         self.parts["ranks"] = Ranks(
             world=a.world, split=a.split, latency_us_min=m.latency_us_min, skew_us=m.skew_us,
             iterations=len(m.iterations.max_us), capped_ranks=done.capped_ranks, barrier=m.barrier,
-            kernel_times=NO_KERNELS_CPU if kind == "cpu" else NO_KERNELS_CUDA, collectives=prepared.collectives,
+            kernel_times=_kernel_times(kind, m), collectives=prepared.collectives,
             per_rank=[RankLine(rank=line["rank"], gpu=line["gpu"], worker=line["worker"],
                                latency_us=line["latency_us"], samples_us=m.by_rank_us[line["rank"]],
-                               busy_us=None, collective_us=None,
+                               busy_us=line["busy_us"], collective_us=line["collective_us"],
                                capped=line["capped"],
                                telemetry=Telemetry.model_validate(line["telemetry"]) if kind == "cuda" else None)
-                      for line in lines])
+                      for line in lines],
+            placement_group=a.placement_group)
 
     def release(self) -> Optional[str]:
         try:
