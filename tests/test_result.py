@@ -149,6 +149,17 @@ def test_rates_are_exactly_work_over_time_and_pct_peak_takes_the_binding_bound()
     assert no_compute_peak.pct_peak == pytest.approx(100 * 1e-3 / 5000, rel=1e-9)
 
 
+def test_a_collective_carries_algbw_and_busbw_as_nccl_tests_defines_them():
+    # 8 ranks all_reduce 1 GB in 10 ms: algbw = 1e9 B / 1e-2 s = 100 GB/s, busbw = 100 × 2·7/8 = 175 GB/s
+    r = compute_rates(7 * 5 * 10**8, 28 * 10**9, 10_000.0, None, collective_bytes=10**9, bus_factor=2 * 7 / 8)
+    assert r.algbw_gbps == pytest.approx(100.0, rel=1e-12) and r.busbw_gbps == pytest.approx(175.0, rel=1e-12)
+    assert r.gbps == pytest.approx(2800.0, rel=1e-12) and r.collective_bytes == 10**9
+    assert "busbw_gbps" in r.dump() and "busbw_gbps" not in compute_rates(1, 1, 1.0, None).dump()
+    row = ok_row(rates=r)                                                # busy 8 µs: the rates at busy time
+    assert row.rates_at("busy").busbw_gbps == pytest.approx(10**9 / 8e-6 / 1e9 * 2 * 7 / 8, rel=1e-12)
+    assert Row.from_json(row.to_json()).rates == r                       # the stored document keeps them
+
+
 def test_a_planted_thousandfold_error_fails_the_rate_tests(monkeypatch):
     import sys
 

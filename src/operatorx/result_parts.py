@@ -319,18 +319,32 @@ class Peak(Part):
 class Rates(Part):
     """Work and rates from the case's own counts and `latency_us` (`compute_rates`)."""
 
-    flops: Optional[int] = doc("floating-point operations of one call (2·m·n·k for a GEMM)", "FLOP")
+    flops: Optional[int] = doc("floating-point operations of one call (2·m·n·k for a GEMM; a collective's "
+                               "reduction adds, (W-1)·elements for all_reduce and reduce_scatter)", "FLOP")
     min_bytes: Optional[int] = doc("bytes one call must move at least (operands once, output once; an MoE counts the "
-                         "experts its routing hit)", "bytes")
+                                   "experts its routing hit; a collective: the bytes all ranks together send plus "
+                                   "receive, W · 2 · bus_factor · collective_bytes)", "bytes")
     tflops: Optional[float] = doc("flops / latency_us / 1e6", "TFLOP/s")
     gbps: Optional[float] = doc("min_bytes / latency_us / 1e3", "GB/s")
     pct_peak: Optional[float] = doc("the larger of tflops / peak TFLOP/s and gbps / peak GB/s, × 100, against the "
                                     "GPU's measured peaks where the row has them (`peak.measured_tflops`, "
                                     "`peak.measured_memory_gbps`), else the datasheet's: how close to its bound the "
-                                    "call ran", "%")
+                                    "call ran; none for a collective (its bound is the interconnect, which the peaks "
+                                    "table does not hold)", "%")
     pct_datasheet: Optional[float] = doc("`pct_peak` against the datasheet peaks alone; written only where measured "
                                          "peaks set `pct_peak` (compare it with rows that have none)", "%")
     peak: Optional[Peak] = doc("the peaks `pct_peak` is taken against")
+    collective_bytes: Optional[int] = doc("a collective's size as NCCL-tests counts it: `elements` × the dtype's bytes "
+                                          "(all_reduce: each rank's buffer; all_gather: the gathered output; "
+                                          "reduce_scatter: each rank's whole input; all_to_all: each rank's send "
+                                          "buffer); absent for other ops", "bytes")
+    bus_factor: Optional[float] = doc("a collective's busbw / algbw, as NCCL-tests defines it: all_reduce 2(W-1)/W; "
+                                      "all_gather, reduce_scatter, all_to_all (W-1)/W", "")
+    algbw_gbps: Optional[float] = doc("a collective's algorithm bandwidth: collective_bytes / latency_us / 1e3 "
+                                      "(NCCL-tests' algbw)", "GB/s")
+    busbw_gbps: Optional[float] = doc("a collective's bus bandwidth: algbw_gbps × bus_factor (NCCL-tests' busbw): "
+                                      "what each rank sent (and received) per second at the optimal algorithm, "
+                                      "comparable across world sizes with a link's bandwidth", "GB/s")
 
 
 def _pct(tflops: float, gbps: float, peak_tflops: Optional[float], peak_gbps: Optional[float]) -> Optional[float]:
@@ -340,20 +354,27 @@ def _pct(tflops: float, gbps: float, peak_tflops: Optional[float], peak_gbps: Op
     return 100.0 * max(fractions) if fractions else None
 
 
-def compute_rates(flops: int, min_bytes: int, time_us: float, peak: Optional[Peak]) -> Rates:
+def compute_rates(flops: int, min_bytes: int, time_us: float, peak: Optional[Peak],
+                  collective_bytes: Optional[int] = None, bus_factor: Optional[float] = None) -> Rates:
     """The one place rates are computed: FLOP/time and bytes/time, `pct_peak` against `peak` (its
-    measured peaks where it has them, else its datasheet ones; then `pct_datasheet` too)."""
+    measured peaks where it has them, else its datasheet ones; then `pct_datasheet` too); for a
+    collective (its NCCL-tests size and bus factor given) algbw and busbw as NCCL-tests computes them."""
     if not time_us > 0:
         raise ValueError(f"rates need a positive time, got {time_us!r} µs")
     tflops = flops / time_us / 1e6
     gbps = min_bytes / time_us / 1e3
+    bus: dict[str, Any] = {}
+    if collective_bytes is not None and bus_factor is not None:
+        algbw = collective_bytes / time_us / 1e3
+        bus = {"collective_bytes": collective_bytes, "bus_factor": bus_factor, "algbw_gbps": algbw,
+               "busbw_gbps": algbw * bus_factor}
     if peak is None:
-        return Rates(flops=flops, min_bytes=min_bytes, tflops=tflops, gbps=gbps)
+        return Rates(flops=flops, min_bytes=min_bytes, tflops=tflops, gbps=gbps, **bus)
     pct_peak = _pct(tflops, gbps, peak.measured_tflops or peak.tflops, peak.measured_memory_gbps or peak.memory_gbps)
     if peak.measured_tflops is None and peak.measured_memory_gbps is None:
-        return Rates(flops=flops, min_bytes=min_bytes, tflops=tflops, gbps=gbps, pct_peak=pct_peak, peak=peak)
+        return Rates(flops=flops, min_bytes=min_bytes, tflops=tflops, gbps=gbps, pct_peak=pct_peak, peak=peak, **bus)
     return Rates(flops=flops, min_bytes=min_bytes, tflops=tflops, gbps=gbps, pct_peak=pct_peak,
-                 pct_datasheet=_pct(tflops, gbps, peak.tflops, peak.memory_gbps), peak=peak)
+                 pct_datasheet=_pct(tflops, gbps, peak.tflops, peak.memory_gbps), peak=peak, **bus)
 
 
 # --- conditions -----------------------------------------------------------------------------------

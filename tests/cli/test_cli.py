@@ -1,11 +1,15 @@
 from __future__ import annotations
 
+import csv
+import io
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from operatorx.cli import app
 from tests.conftest import gemm
+from tests.report.rows import store_ranked_run
 
 runner = CliRunner()
 
@@ -39,6 +43,28 @@ def test_run_cpu_then_results(tmp_path, write_testlist):
     assert json.loads(out.read_text())["schema_version"] == "1"
     csv = runner.invoke(app, ["results", "export", "latest", "--format", "csv", "--db", db]).output
     assert csv.startswith("case_index,")
+
+
+def test_a_multi_rank_rows_world_and_skew_in_show_markdown_and_csv(tmp_path):
+    db = str(tmp_path / "ox.db")
+    store_ranked_run(db, "ranks-run")
+    shown = runner.invoke(app, ["results", "show", "ranks-run", "--db", db], env={"COLUMNS": "250"})
+    assert shown.exit_code == 0, shown.output
+    head = next(line for line in shown.output.splitlines() if "latency_us" in line)
+    assert head.index("latency_us") < head.index("world") < head.index("skew_us") < head.index("TFLOP/s")
+    line = next(line for line in shown.output.splitlines() if "tp2" in line)
+    assert [c.strip() for c in line.split("│")[5:8]] == ["43.00", "2", "1.80"]
+    md = runner.invoke(app, ["results", "show", "ranks-run", "--markdown", "--db", db]).output.splitlines()
+    assert "| latency_us | world | skew_us |" in md[0] and "| 43.00 | 2 | 1.80 |" in md[2]
+    assert "| 10.00 |  |  |" in md[3] and "| unsupported | - |  |  |" in md[4]
+    text = runner.invoke(app, ["results", "export", "ranks-run", "--format", "csv", "--db", db]).output
+    fields = ["world", "split", "latency_us_min", "skew_us", "capped_ranks"]
+    header = text.splitlines()[0].split(",")
+    assert header[header.index("world"):header.index("world") + 5] == fields
+    ranked, single, unsupported = csv.DictReader(io.StringIO(text))
+    assert [ranked[f] for f in fields] == ["2", "tp2", "41.2", ranked["skew_us"], "[1]"]
+    assert float(ranked["skew_us"]) == pytest.approx(1.8)
+    assert [single[f] for f in fields] == [unsupported[f] for f in fields] == [""] * 5
 
 
 def test_strict_fails_without_ok_rows(tmp_path, write_testlist):

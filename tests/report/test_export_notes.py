@@ -6,10 +6,12 @@ from __future__ import annotations
 import csv
 import io
 
+import pytest
+
 from operatorx.report.ab import DIFFERENCE_SAYS, ab_markdown, ab_notes, ab_table
 from operatorx.report.csv import document_csv
 from operatorx.report.table import row_note
-from tests.report.rows import make_row
+from tests.report.rows import make_row, ranked_row
 
 WHY = ("all 40 samples the number is taken from lost the CPU (run-queue wait > 5% of their wall time, "
        "schedstat_run_delay) and no clean set was left: the number is kept but includes waiting for a CPU on a busy "
@@ -54,3 +56,13 @@ def test_the_ab_csv_says_why_the_verdict_was_held():
     line = next(csv.DictReader(io.StringIO(document_csv(doc))))
     assert (line["ab_clock"], line["verdict"], line["diff_us"]) == ("host", "inconclusive", "-1.0")
     assert line["verdict_why"] == "faster by the numbers alone, not called so: under CPU contention"
+
+
+def test_the_rows_csv_carries_a_multi_rank_rows_world_split_fastest_rank_skew_and_capped_ranks():
+    doc = {"run": {"id": "R"}, "rows": [ranked_row(0).to_json(), make_row(index=1).to_json()]}
+    ranked, single = csv.DictReader(io.StringIO(document_csv(doc)))
+    assert (ranked["latency_us"], ranked["world"], ranked["split"], ranked["latency_us_min"]) == ("43.0", "2", "tp2",
+                                                                                                  "41.2")
+    assert float(ranked["skew_us"]) == pytest.approx(1.8) and ranked["capped_ranks"] == "[1]"
+    assert "clock capped on rank 1 of 2: sw_power_cap" in ranked["notes"]
+    assert [single[k] for k in ("world", "split", "latency_us_min", "skew_us", "capped_ranks")] == [""] * 5

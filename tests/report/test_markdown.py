@@ -1,5 +1,5 @@
 from operatorx.report import rows_markdown
-from tests.report.rows import make_row
+from tests.report.rows import make_row, ranked_row
 
 
 def _row(status, latency=None, message=None, host=None):
@@ -23,3 +23,11 @@ def test_a_long_note_is_written_whole():
     long = "needs tp·dp = 8 GPUs of one host; " + "word " * 60 + "THE-LAST-FLAG"
     text = rows_markdown([_row("unsupported", message=long)])
     assert "THE-LAST-FLAG" in text and ("word " * 60).strip() in text
+
+
+def test_a_multi_rank_row_has_world_and_skew_and_a_single_rank_row_leaves_them_blank():
+    lines = rows_markdown([ranked_row(0).to_json(), _row("ok", 9.5)]).splitlines()
+    assert lines[0] == ("| # | case | scheme | status | latency_us | world | skew_us | TFLOP/s | GB/s | % peak "
+                        "| note |")
+    assert lines[2].startswith("| 0 | gemm 64x7168x2048 tp2 | bf16 | ok | 43.00 | 2 | 1.80 | 43.7 |")
+    assert lines[3].startswith("| 0 | gemm 1x2x3 | bf16 | ok | 9.50 |  |  | 1.0 |")

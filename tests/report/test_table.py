@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 
 from operatorx.report.table import fmt, row_columns, row_note, rows_table
-from tests.report.rows import make_row
+from tests.report.rows import make_row, ranked_row
 
 
 def _row(**metrics):
@@ -89,3 +89,23 @@ def test_headline_busy_leads_with_busy_time_and_its_rates():
 def test_rich_markup_and_control_characters_in_a_message_are_printed_as_text():
     text = _text(rows_table([make_row("unsupported", "[red]no[/red] \x1b[31mkernel")]))
     assert "[red]no[/red] kernel" in text
+
+
+# --- a multi-rank row ---------------------------------------------------------------------------
+
+def test_world_and_skew_follow_the_times_where_a_row_ran_over_several_ranks():
+    ranked, single = ranked_row(0), _row()
+    names = [name for name, _ in row_columns([ranked, single])]
+    assert names[4:8] == ["latency_us", "world", "skew_us", "TFLOP/s"]
+    assert "world" not in [name for name, _ in row_columns([single])]
+    text = _text(rows_table([ranked.to_json(), single.to_json()]))
+    cells = next(t for t in text.splitlines() if "tp2" in t).split("│")
+    # latency 43.00 (the slowest rank's median), world 2, skew 1.80 (median max − min per iteration)
+    assert [c.strip() for c in cells[5:8]] == ["43.00", "2", "1.80"]
+    other = next(t for t in text.splitlines() if "gemm 1x2x3" in t).split("│")
+    assert [c.strip() for c in other[5:8]] == ["10.00", "", ""]          # single-rank: blank, not `-`
+
+
+def test_a_capped_rank_is_named_with_its_own_reasons():
+    # the row's telemetry is rank 0's (uncapped); rank 1's says why
+    assert "clock capped on rank 1 of 2: sw_power_cap" in row_note(ranked_row())

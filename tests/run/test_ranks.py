@@ -70,7 +70,7 @@ def slow_rank_run(tmp_path_factory):
     timed call sleeps SLEEP_S after the op."""
     tmp_path = tmp_path_factory.mktemp("ranks")
     cases = [_tp(8, 128, 256, 2, "mlp.gate_up_proj"), _tp(8, 128, 512, 2, "mlp.down_proj"), _moe({"tp": 2}),
-             _moe({"dp": 2, "ep": 2}), *_singles(16, m=256, k=512)]      # ~0.1 s each: they outlast the gang's start
+             _moe({"dp": 2, "ep": 2}), *_singles(16, m=256, k=512)]
     path = tmp_path / "list.json"
     path.write_text(json.dumps(cases))
     with pytest.MonkeyPatch.context() as mp:
@@ -115,12 +115,12 @@ def test_a_slow_rank_shows_as_skew_and_sets_the_latency(slow_rank_run):
 def test_single_rank_cases_run_beside_a_multi_rank_case_on_the_other_worker(slow_rank_run):
     _, outcome = slow_rank_run
     assert all(r.status == "ok" and r.ranks is None for r in outcome.rows[4:])
-    # while the multi-rank cases ran (on two workers), the third worker ran single-rank cases
-    spans = [(r.case_seconds.started_unix_s, r.case_seconds.started_unix_s + r.case_seconds.total)
-             for r in outcome.rows[:4]]
-    beside = [r for r in outcome.rows[4:]
-              if any(start < r.case_seconds.started_unix_s < end for start, end in spans)]
-    assert len(beside) >= 2
+    # no single-rank case waited for the multi-rank ones: each started before the last of them ended
+    # (while the gang formed and ran, on the worker outside it and on the members until it filled).
+    # How the ranks' slots share the time is tests/run/test_ranks_scheduler.py's, with fake slots.
+    last_multi_end = max(r.case_seconds.started_unix_s + r.case_seconds.total for r in outcome.rows[:4])
+    late = [r.case_index for r in outcome.rows[4:] if r.case_seconds.started_unix_s >= last_multi_end]
+    assert not late, late
 
 
 def test_tp4_runs_over_four_workers_and_more_than_the_host_has_is_refused(tmp_path, write_testlist):

@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -168,3 +169,31 @@ def chromium_path() -> str | None:
         if Path(p).is_file():
             return p
     return shutil.which("chromium")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """One headless Chromium per test module (Debian's, driven by Playwright); skips without either."""
+    sync_api = pytest.importorskip("playwright.sync_api",
+                                   reason="playwright is not installed (pip install -e '.[dev]')")
+    path = chromium_path()
+    if path is None:
+        pytest.skip("no Chromium at /usr/bin/chromium (apt-get install -y chromium)")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=path, headless=True, args=["--no-sandbox"])
+        yield b
+        b.close()
+
+
+@contextmanager
+def watched_page(browser: Any, width: int = 1400, height: int = 900) -> Iterator[Any]:
+    """A page that fails the test on any script error, console error or dialog (an alert is an exploit)."""
+    ctx = browser.new_context(viewport={"width": width, "height": height})
+    pg = ctx.new_page()
+    problems: list[str] = []
+    pg.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    pg.on("console", lambda m: problems.append(f"console: {m.text}") if m.type == "error" else None)
+    pg.on("dialog", lambda d: (problems.append(f"dialog: {d.message}"), d.dismiss()))
+    yield pg
+    ctx.close()
+    assert not problems, problems

@@ -24,7 +24,7 @@ from operatorx.result import Row
 from operatorx.store import Store
 from operatorx.web import Queries
 from operatorx.web.app import create_app
-from tests.web.conftest import chromium_path, free_port, page_data
+from tests.web.conftest import free_port, page_data, watched_page
 
 WHY = ("38 of 60 samples taken lost the CPU (run-queue wait > 5% of their wall time, schedstat_run_delay) and were "
        "dropped: the machine was busy; the number is from the clean ones")
@@ -125,9 +125,6 @@ def test_the_run_and_case_pages_carry_the_terminal_notes_whole(client, ab_db):
 
 # --- in a browser ---------------------------------------------------------------------------------
 
-sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install -e '.[dev]')")
-CHROMIUM = chromium_path()
-browser_only = pytest.mark.skipif(CHROMIUM is None, reason="no Chromium at /usr/bin/chromium")
 
 
 @pytest.fixture(scope="module")
@@ -148,26 +145,10 @@ def server_url(ab_db: AbDb) -> Iterator[str]:
     thread.join(10)
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
-        yield b
-        b.close()
-
-
 @pytest.fixture
 def page(browser: Any) -> Iterator[Any]:
-    """A page that fails the test on any script error or console error."""
-    ctx = browser.new_context(viewport={"width": 1600, "height": 1000})
-    pg = ctx.new_page()
-    problems: list[str] = []
-    pg.on("pageerror", lambda e: problems.append(f"page error: {e}"))
-    pg.on("console", lambda m: problems.append(f"console: {m.text}") if m.type == "error" else None)
-    pg.on("dialog", lambda d: (problems.append(f"dialog: {d.message}"), d.dismiss()))
-    yield pg
-    ctx.close()
-    assert not problems, problems
+    with watched_page(browser, 1600, 1000) as pg:
+        yield pg
 
 
 def _fmt(v: float) -> str:
@@ -175,7 +156,6 @@ def _fmt(v: float) -> str:
     return f"{v:.2f}"
 
 
-@browser_only
 def test_browser_ab_run_page_shows_both_sides_and_the_verdict(page, server_url, ab_db):
     page.goto(f"{server_url}/run/{ab_db.ab}")
     page.wait_for_selector("#rows-table tbody tr")
@@ -191,7 +171,6 @@ def test_browser_ab_run_page_shows_both_sides_and_the_verdict(page, server_url, 
     assert DIFFERENCE_SAYS in page.inner_text("#ab-help")
 
 
-@browser_only
 def test_browser_ab_case_page_shows_both_sides(page, server_url, ab_db, tmp_path):
     row = ab_db.ab_doc["rows"][1]
     ab = row["metrics"]["ab"]
@@ -211,7 +190,6 @@ def test_browser_ab_case_page_shows_both_sides(page, server_url, ab_db, tmp_path
     page.screenshot(path=str(tmp_path / "ab-case.png"))
 
 
-@browser_only
 def test_browser_compare_page_shows_the_flags_whole(page, server_url, ab_db):
     page.goto(f"{server_url}/compare?a={ab_db.contended_a}&b={ab_db.contended_b}")
     page.wait_for_selector("#compare-table tbody tr")
@@ -229,7 +207,6 @@ def test_browser_compare_page_shows_the_flags_whole(page, server_url, ab_db):
     assert f"CPU contended: {WHY}" in page.locator("#rows-table tbody tr").first.locator("td.msg").last.inner_text()
 
 
-@browser_only
 def test_browser_static_ab_case_page_from_disk(page, ab_db, tmp_path):
     from operatorx.web.site import build_site
 

@@ -14,34 +14,13 @@ from urllib.parse import quote
 
 import pytest
 
-from tests.web.conftest import WebDb, chromium_path
-
-sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install -e '.[dev]')")
-CHROMIUM = chromium_path()
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no Chromium at /usr/bin/chromium (apt-get install -y "
-                                                        "chromium)")
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
-        yield b
-        b.close()
+from tests.web.conftest import WebDb, watched_page
 
 
 @pytest.fixture
 def page(browser: Any) -> Iterator[Any]:
-    """A page that fails the test on any script error, console error or dialog (an alert is an exploit)."""
-    ctx = browser.new_context(viewport={"width": 1400, "height": 900})
-    pg = ctx.new_page()
-    problems: list[str] = []
-    pg.on("pageerror", lambda e: problems.append(f"page error: {e}"))
-    pg.on("console", lambda m: problems.append(f"console: {m.text}") if m.type == "error" else None)
-    pg.on("dialog", lambda d: (problems.append(f"dialog: {d.message}"), d.dismiss()))
-    yield pg
-    ctx.close()
-    assert not problems, problems
+    with watched_page(browser, 1400, 900) as pg:
+        yield pg
 
 
 def _shot(pg: Any, name: str, tmp_path: Path) -> None:

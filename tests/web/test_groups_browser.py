@@ -14,35 +14,16 @@ import pytest
 
 from operatorx.store import Store
 from operatorx.store.group import group_document
-from tests.web.conftest import chromium_path, free_port
+from tests.web.conftest import free_port, watched_page
 from tests.web.test_pairs import planted  # noqa: F401 - the fixture these tests use
 
-sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install -e '.[dev]')")
-CHROMIUM = chromium_path()
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no Chromium at /usr/bin/chromium (apt-get install -y "
-                                                        "chromium)")
 STATUSES = ("ok", "unsupported", "error", "missing")
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
-        yield b
-        b.close()
 
 
 @pytest.fixture
 def page(browser: Any) -> Iterator[Any]:
-    """A page that fails the test on any script error or console error."""
-    ctx = browser.new_context(viewport={"width": 1400, "height": 900})
-    pg = ctx.new_page()
-    problems: list[str] = []
-    pg.on("pageerror", lambda e: problems.append(f"page error: {e}"))
-    pg.on("console", lambda m: problems.append(f"console: {m.text}") if m.type == "error" else None)
-    yield pg
-    ctx.close()
-    assert not problems, problems
+    with watched_page(browser, 1400, 900) as pg:
+        yield pg
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from starlette.testclient import TestClient
 from operatorx.store import Store
 from operatorx.web import Queries
 from operatorx.web.app import create_app
-from tests.web.conftest import WebDb, _store_copy, chromium_path, page_data
+from tests.web.conftest import WebDb, _store_copy, page_data, watched_page
 
 SOURCE = "measured 2026-11-30 on this GPU (operatorx calibrate v1); datasheet beside: vendor datasheet, dense"
 
@@ -101,23 +101,10 @@ def test_datasheet_only_rows_draw_one_ceiling(web_db):
     assert page.compute_measured == {"bf16": False} and page.memory_measured is False
 
 
-CHROMIUM = chromium_path()
-
-
 @pytest.fixture
-def browser_page() -> Iterator[Any]:
-    sync_api = pytest.importorskip("playwright.sync_api")
-    if CHROMIUM is None:
-        pytest.skip("no Chromium")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
-        pg = b.new_page()
-        problems: list[str] = []
-        pg.on("pageerror", lambda e: problems.append(f"page error: {e}"))
-        pg.on("console", lambda m: problems.append(f"console: {m.text}") if m.type == "error" else None)
+def browser_page(browser: Any) -> Iterator[Any]:
+    with watched_page(browser) as pg:
         yield pg
-        b.close()
-        assert not problems, problems
 
 
 def _roofline_trace_names(db_path, browser_page, tmp_path, page_word: str) -> list[str]:

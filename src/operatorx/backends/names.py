@@ -59,10 +59,12 @@ class BackendEntry:
 
 BACKENDS: dict[str, BackendEntry] = {
     "torch": BackendEntry(
-        "torch", {"gemm": "operatorx.backends.torch.gemm:TorchGemm", "moe": "operatorx.backends.torch.moe:TorchMoe"},
+        "torch", {"gemm": "operatorx.backends.torch.gemm:TorchGemm", "moe": "operatorx.backends.torch.moe:TorchMoe",
+                  "collective": "operatorx.backends.torch.collective:TorchCollective"},
         versions=("triton", "nvidia-cublas", "nvidia-cublas-cu12"), warm="operatorx.backends.torch.warm:warm"),
     "vllm": BackendEntry(
-        "vllm", {"gemm": "operatorx.backends.vllm.gemm:VllmGemm", "moe": "operatorx.backends.vllm.moe:VllmMoe"},
+        "vllm", {"gemm": "operatorx.backends.vllm.gemm:VllmGemm", "moe": "operatorx.backends.vllm.moe:VllmMoe",
+                 "collective": "operatorx.backends.vllm.collective:VllmCollective"},
         requires="vllm", framework="vLLM", install_hint='pip install -e ".[vllm]" (or pip install "operatorx[vllm]")',
         versions=("vllm",), warm="operatorx.backends.vllm.env:warm"),
 }

@@ -7,6 +7,8 @@ when it was measured, else the host clock; `latency_us` stays empty there (two s
 `diff_us` is the paired median difference B−A (Hodges–Lehmann, run/ab_stats.py); `verdict_why`
 says when a condition neither side controlled held the verdict back.
 `notes` is every note the terminal table gives the row (report/table.py: `row_notes`), whole.
+A multi-rank row (`metrics.ranks`) fills `world`, `split`, `latency_us_min`, `skew_us` and
+`capped_ranks` (a JSON list) beside `latency_us`, the slowest rank's; other rows leave them empty.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import csv
 import io
 from typing import Any, Optional
 
+from operatorx.report.ranks import RANKS_CSV_FIELDS, ranks_csv, ranks_of
 from operatorx.report.safe import csv_cell
 from operatorx.shown import SHOWN, shown_values
 from operatorx.spec import Case
@@ -22,9 +25,9 @@ from operatorx.spec import Case
 __all__ = ["CSV_FIELDS", "document_csv"]
 
 CSV_FIELDS = ["case_index", "type", "label", "m", "n", "k", "tokens", "scheme", "backend", "side", "status",
-              *(metric.key for metric in SHOWN), "rank_local", "method", "clock", "checked", "error_kind", "message",
-              "sources", "ab_clock", "a_latency_us", "b_latency_us", "diff_us", "ci_low_us", "ci_high_us",
-              "verdict", "verdict_why", "notes"]
+              *(metric.key for metric in SHOWN), *RANKS_CSV_FIELDS, "rank_local", "method", "clock", "checked",
+              "error_kind", "message", "sources", "ab_clock", "a_latency_us", "b_latency_us", "diff_us", "ci_low_us",
+              "ci_high_us", "verdict", "verdict_why", "notes"]
 
 
 def _scheme(row: dict[str, Any]) -> Optional[str]:
@@ -84,7 +87,7 @@ def document_csv(doc: dict[str, Any]) -> str:
             "case_index": row.get("case_index"), "type": row["op"]["type"], "label": row.get("label"),
             "m": args.get("m"), "n": args.get("n"), "k": args.get("k"), "tokens": args.get("tokens"),
             "scheme": _scheme(row), "backend": row["op"].get("backend"), "side": row.get("side"),
-            "status": row.get("status"), **shown_values(m),
+            "status": row.get("status"), **shown_values(m), **ranks_csv(ranks_of(m)),
             "rank_local": _rank_local(m), "method": m.get("method"), "clock": m.get("clock"),
             "checked": check.get("checked", True) if isinstance(check, dict) else None,
             "error_kind": row.get("error_kind"), "message": row.get("message"),

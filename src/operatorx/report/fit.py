@@ -24,7 +24,7 @@ __all__ = ["FitTable", "column_options", "NO_WRAP_COLUMNS"]
 #: Columns whose cells are numbers or single words: never wrapped or folded.
 NO_WRAP_COLUMNS = frozenset({"#", "status", "side", "latency_us", "busy_us", "span_us", "gaps_us", "host_us",
                              "TFLOP/s", "GB/s", "% peak", "rows", "state", "cases", "iqr_us",
-                             "host A", "host B", "dev A", "dev B", "host", "device"})
+                             "host A", "host B", "dev A", "dev B", "host", "device", "world", "skew_us"})
 
 
 #: Columns kept at least as wide as their longest word, up to this many characters.

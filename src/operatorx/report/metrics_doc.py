@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from operatorx import result as rm
-from operatorx.result_ranks import RankLine, Ranks
+from operatorx.result_ranks import PlacementGroup, RankLine, Ranks
 
 __all__ = ["metrics_markdown", "DOC_PATH", "main"]
 
@@ -94,7 +94,8 @@ _PARTS: tuple[tuple[str, type[BaseModel]], ...] = (
     ("`telemetry`", rm.Telemetry), ("`profile`", rm.KernelProfile), ("`profile.kernels[]`", rm.Kernel),
     ("`check`", rm.CheckResult), ("`host`", rm.HostTime), ("`case_seconds`", rm.CaseSeconds),
     ("`worker`", rm.WorkerDevice), ("`memory`", rm.MemoryCheck),
-    ("`ranks`", Ranks), ("`ranks.per_rank[]`", RankLine), ("`placement`", rm.Placement),
+    ("`ranks`", Ranks), ("`ranks.per_rank[]`", RankLine),
+    ("`ranks.placement_group`", PlacementGroup), ("`placement`", rm.Placement),
 )
 
 

@@ -5,7 +5,9 @@ returns); both are read through the typed model. The headline time is the span (
 what a caller waits for) unless `headline="busy"` (the time some kernel ran: what a sum of
 kernel durations, as Nsight Compute reports it, compares with). Where the two differ by more
 than 3%, `busy_us` and `gaps_us` stand beside the headline and the note counts the kernels and
-the boundaries between them, so a reader comparing with a profiler sees why.
+the boundaries between them, so a reader comparing with a profiler sees why. Where any row ran
+over several ranks (`metrics.ranks`), `world` and `skew_us` (the median spread between the slowest
+and the fastest rank) follow the times; they are blank on the other rows (report/ranks.py).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any, Optional, Union
 from rich.table import Table
 
 from operatorx.report.fit import FitTable, column_options
+from operatorx.report.ranks import capped_note, ranks_of
 from operatorx.report.safe import term
 from operatorx.result import Headline, Row
 from operatorx.shown import SHOWN_BY_KEY
@@ -90,7 +93,9 @@ def row_notes(r: RowLike, headline: Headline = "span") -> list[str]:
     if row.busy_differs():
         notes.append(_kernels_note(row))
     cond = row.conditions
-    if cond is not None and cond.capped:
+    if cond is not None and cond.capped and row.ranks is not None and row.ranks.capped_ranks:
+        notes.append(capped_note(row.ranks))
+    elif cond is not None and cond.capped:
         reasons = (cond.telemetry.capping_reasons if cond.telemetry else None) or ["?"]
         notes.append("clock capped: " + ",".join(reasons))
     if m.l2_verified is False:
@@ -128,6 +133,8 @@ def row_columns(rows: Iterable[RowLike], headline: Headline = "span") -> list[tu
         columns += [("span_us" if headline == "busy" else _TITLE["busy_us"], "right"), ("gaps_us", "right")]
     if any(r.host is not None for r in typed):
         columns.append((_TITLE["host_us"], "right"))
+    if any(r.ranks is not None for r in typed):
+        columns += [("world", "right"), ("skew_us", "right")]
     return [*columns, *((_TITLE[k], "right") for k in _RATES), ("note", "left")]
 
 
@@ -138,6 +145,7 @@ def row_cells(r: RowLike, columns: list[tuple[str, str]], headline: Headline = "
     rates = row.rates_at(headline)
     differs = row.busy_differs()
     time_digits = SHOWN_BY_KEY["latency_us"].digits
+    ranks = ranks_of(row)
     numbers: dict[str, Optional[float]] = {       # by shown metric (shown.py); rates at the headline time
         "latency_us": row.latency_us,
         "busy_us": row.headline_us("busy") if headline == "busy" else row.busy_us if differs else None,
@@ -152,6 +160,8 @@ def row_cells(r: RowLike, columns: list[tuple[str, str]], headline: Headline = "
         "status": status or row.status,
         "span_us": fmt(row.latency_us if differs else None, time_digits),
         "gaps_us": fmt(row.gaps_us if differs else None, time_digits),
+        "world": str(ranks.world) if ranks else "",
+        "skew_us": fmt(ranks.skew_us, time_digits) if ranks else "",
         **{_TITLE[k]: fmt(v, SHOWN_BY_KEY[k].digits) for k, v in numbers.items()},
     }
     return [values[name] for name, _ in columns if name != "note"]

@@ -28,6 +28,7 @@ from operatorx.result import (
     Measured,
     Peak,
     Placement,
+    Rates,
     Row,
     Summary,
     Telemetry,
@@ -44,7 +45,7 @@ from operatorx.run.faults import classify_message
 from operatorx.run.placements import Placements, add_placements
 from operatorx.spec import Case
 
-__all__ = ["CaseRunner", "Timer", "prepare_and_check"]
+__all__ = ["CaseRunner", "Timer", "prepare_and_check", "case_rates"]
 
 
 #: On the CPU device, cases that must move more than this many GB a call are `unsupported`: a few GB of
@@ -103,11 +104,20 @@ def _check(check: Check) -> CheckResult:
 
 
 def _peak(case: Case, peaks: Optional[Peaks]) -> Optional[Peak]:
-    """The peaks that apply to the case's compute class (None without a peak table)."""
-    if peaks is None:
+    """The peaks that apply to the case's compute class (None without a peak table, and for a collective,
+    whose bound is the interconnect: OpArgs.bus_traffic)."""
+    if peaks is None or case.args.bus_traffic() is not None:
         return None
     # the datasheet peaks, the GPU's measured ones beside (platform/calibrate.py)
     return peaks.part(compute_class(*case.args.peak_dtypes()))
+
+
+def case_rates(case: Case, flops: int, min_bytes: int, time_us: float, peak: Optional[Peak]) -> Rates:
+    """The row's rates (`compute_rates`), with a collective's NCCL-tests size and bus factor."""
+    bus = case.args.bus_traffic()
+    if bus is None:
+        return compute_rates(flops, min_bytes, time_us, peak)
+    return compute_rates(flops, min_bytes, time_us, peak, bus.size_bytes, bus.bus_factor)
 
 
 def _error_kind(err: BaseException) -> ErrorKind:
@@ -250,7 +260,7 @@ class CaseRunner:
         nbytes = prepared.min_bytes if prepared.min_bytes is not None else case.min_bytes()
         parts: dict[str, Any] = {
             "measured": measured,
-            "rates": compute_rates(case.flops(), nbytes, m.latency_us, _peak(case, self.peaks)),
+            "rates": case_rates(case, case.flops(), nbytes, m.latency_us, _peak(case, self.peaks)),
             "conditions": Conditions(telemetry=Telemetry.model_validate(json_safe({**telemetry, "attempts": attempts})),
                                      capped=telemetry["capped"]),
             "extra": json_safe(dict(prepared.metadata)),

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Optional, Protocol
 
 from operatorx.run.config import RunConfig
 from operatorx.run.job import ABJob, JobSpec
-from operatorx.run.scheduler import FinishedCase, Scheduler, SlotLike, Task, make_stop_handler
+from operatorx.run.scheduler import FinishedCase, Scheduler, SlotLike, Task, make_stop_handler, most_on_one_host
 from operatorx.run.worker_process import CaseOutcome
 from operatorx.store.errors import StoreError
 from operatorx.store.run_ids import check_run_id, document_path
@@ -384,7 +384,7 @@ def _execute(spec: JobSpec, store: Store, tasks: list[Task], reporter: Reporter,
         from operatorx.run.plan import longest_first
 
         tasks = longest_first(tasks, lambda t: t.case)
-    tasks, refused, gangs = _multi_rank(spec, tasks, len(slots))
+    tasks, refused, gangs = _multi_rank(spec, tasks, most_on_one_host(slots))
     sink = _Sink(spec, store, reporter, kept)
     scheduler = Scheduler(slots, tasks, config.case_deadline_s(), config.grace_s, sink, gangs=gangs)
     reporter.start(spec.run_id, len(tasks) + len(refused), [s.name for s in slots])
@@ -421,7 +421,12 @@ def _multi_rank(spec: JobSpec, tasks: list[Task], workers: int) -> tuple[list[Ta
     if any(t.world > 1 for t in ordered):
         from operatorx.run.ranks.gang import GangRunner
 
-        gangs = GangRunner(config.device or "cpu", config.case_deadline_s())
+        homes = None
+        if config.executor == "ray":
+            from operatorx.run.ranks.ray_gang import RayGangHomes
+
+            homes = RayGangHomes()
+        gangs = GangRunner(config.device or "cpu", config.case_deadline_s(), homes=homes)
     return ordered, rows, gangs
 
 

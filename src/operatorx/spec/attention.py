@@ -11,14 +11,20 @@ Shared fields:
   `{dist: uniform, min, max}` drawn per request from `seed`); `pages` contiguous or shuffled.
 - `proj`: `{module: {a, b}}` gemm operand descriptors per projection; a projection left out is bf16.
 - `kv_cache_dtype`: the serving engine's `--kv-cache-dtype` (auto = the model dtype).
+
+`cost()` counts one call's FLOPs and fewest bytes by part (spec/attention_cost.py); `flops()` and
+`min_bytes()` are its totals. Every term is in docs/case-format.md, "Attention types: FLOPs and bytes".
 """
 
 from __future__ import annotations
 
+from fractions import Fraction
+from math import ceil
 from typing import ClassVar, Literal, Optional, Union
 
 from pydantic import Field, PositiveFloat, field_validator, model_validator
 
+from operatorx.spec.attention_cost import AttentionCost, CostTally, attended
 from operatorx.spec.base import Count, Int64, Size, SpecModel
 from operatorx.spec.op_type import OpArgs
 from operatorx.spec.operand import Operand
@@ -28,6 +34,15 @@ __all__ = ["ATTENTION_TYPES", "AttentionArgs", "Batch", "BatchGroup", "CtxRange"
 
 Selection = Literal["natural", "uniform", "recent", "clustered"]
 StateDType = Literal["fp32", "bf16"]
+
+#: Bytes per cached element by `kv_cache_dtype` (auto = the bf16 model dtype); fp8's scales are per
+#: tensor in vLLM's fp8 caches, so no per-token bytes. fp8_ds_mla has its own layout (per type).
+_KV_ELEMENT_BYTES = {"auto": 2, "bf16": 2, "fp8": 1}
+_STATE_BYTES = {"fp32": 4, "bf16": 2}
+#: Linear attention's conv state is kept in the model dtype (bf16).
+_CONV_STATE_BYTES = 2
+#: A reused top-k is read as int32 token indices.
+_INDEX_BYTES = 4
 
 
 class CtxRange(SpecModel):
@@ -51,6 +66,10 @@ class BatchGroup(SpecModel):
 
     def mean_ctx(self) -> float:
         return float(self.ctx) if isinstance(self.ctx, int) else (self.ctx.min + self.ctx.max) / 2
+
+    def mean_ctx_exact(self) -> Fraction:
+        """`mean_ctx` without float rounding (a context above 2^53 stays exact): what the cost counts."""
+        return Fraction(self.ctx) if isinstance(self.ctx, int) else Fraction(self.ctx.min + self.ctx.max, 2)
 
 
 class Batch(SpecModel):
@@ -133,12 +152,35 @@ class AttentionArgs(OpArgs):
                 return pair.a.dtype, pair.b.dtype
         return "bf16", "bf16"
 
+    def cost(self) -> AttentionCost:
+        """One call's FLOPs and fewest bytes by part, for the whole module as the args write it.
+
+        `parallel` leaves the count alone, as gemm's and moe's: tp and dcp share this work over
+        ranks (the heads, the cache), and with dp the batch here is one dp group's, as moe's `tokens`.
+        A ctx range counts at its mean (BatchGroup.mean_ctx).
+        """
+        tally = CostTally(sum(g.count * g.q for g in self.batch.groups), self.hidden)
+        self._add_cost(tally)
+        return tally.result()
+
+    def _add_cost(self, tally: CostTally) -> None:
+        raise NotImplementedError
+
     def flops(self) -> int:
-        """Not derived until the type is implemented: a planned case is never measured, so 0 orders it first."""
-        return 0
+        """cost().flops: the projections plus the attention over each request's context."""
+        return self.cost().flops
 
     def min_bytes(self) -> int:
-        return 0
+        """cost().bytes: weights, the module's input and output, cache and state, each moved once."""
+        return self.cost().bytes
+
+    def _groups(self) -> list[tuple[int, int, Fraction]]:
+        """(count, q, mean ctx) of each batch group."""
+        return [(g.count, g.q, g.mean_ctx_exact()) for g in self.batch.groups]
+
+    def _linear(self, tally: CostTally, name: str, in_features: int, out_features: int) -> None:
+        pair = (self.proj or {}).get(name)
+        tally.linear(pair.b if pair is not None else None, in_features, out_features)
 
 
 def _positive_theta(rope: bool, theta: Optional[float], scaling: Optional[RopeScaling]) -> None:
@@ -169,6 +211,24 @@ class _GroupedHeads(AttentionArgs):
             raise ValueError(f"mrope_section: three sizes covering rope_dim/2 = {self.rope_dim // 2}")
         return self
 
+    def _add_heads(self, tally: CostTally, q_out: int, cap: Optional[int], kv_element_bytes: int,
+                   read_cap: Optional[int]) -> None:
+        """q/k/v/o projections, QKᵀ + PV over head_dim for every attended key, the K and V cache.
+
+        `cap` caps the keys one token attends; `read_cap` the cached tokens a request reads.
+        """
+        h, d = self.hidden, self.head_dim
+        kv = self.kv_heads * d
+        self._linear(tally, "q_proj", h, q_out)
+        self._linear(tally, "k_proj", h, kv)
+        self._linear(tally, "v_proj", h, kv)
+        self._linear(tally, "o_proj", self.q_heads * d, h)
+        per_token = 2 * kv * kv_element_bytes                       # K and V of one token
+        for count, q, ctx in self._groups():
+            tally.attention_flops += count * 4 * self.q_heads * d * attended(ctx, q, cap)
+            read = ctx if read_cap is None else min(ctx, Fraction(read_cap))
+            tally.cache_bytes += count * (read + q) * per_token
+
 
 class GqaArgs(_GroupedHeads):
     """Dense grouped-query attention: q/k/v projections, optional q/k norm, RoPE, cache write,
@@ -180,6 +240,13 @@ class GqaArgs(_GroupedHeads):
     gate: bool = False
     window: Optional[Size] = None
     kv_cache_dtype: Literal["auto", "bf16", "fp8"] = "auto"
+
+    def _add_cost(self, tally: CostTally) -> None:
+        """The gate doubles q_proj's output (packed in, as Qwen3.5); a window of W caps each token at
+        W keys (itself and the W-1 before it), so a request reads at most W-1 cached tokens."""
+        q_out = self.q_heads * self.head_dim * (2 if self.gate else 1)
+        read_cap = self.window - 1 if self.window is not None else None
+        self._add_heads(tally, q_out, self.window, _KV_ELEMENT_BYTES[self.kv_cache_dtype], read_cap)
 
 
 class QsaArgs(_GroupedHeads):
@@ -199,6 +266,17 @@ class QsaArgs(_GroupedHeads):
             raise ValueError(f"compress={self.compress} does not divide budget={self.budget}")
         return self
 
+    def _add_cost(self, tally: CostTally) -> None:
+        """GQA with the gate always in q_proj, attention over at most `budget` tokens of a bf16 cache;
+        the indexer projects index_heads queries and one key, scores every compressed key (one per
+        `compress` tokens) and keeps a bf16 compressed index-K cache (the format names no dtype)."""
+        self._add_heads(tally, 2 * self.q_heads * self.head_dim, self.budget, 2, self.budget)
+        ih, idim = self.index_heads, self.index_dim
+        self._linear(tally, "indexer.index_qk_proj", self.hidden, (ih + 1) * idim)
+        for count, q, ctx in self._groups():
+            tally.attention_flops += count * 2 * ih * idim * attended(ctx, q, ratio=self.compress)
+            tally.cache_bytes += count * (ctx + q) / self.compress * idim * 2
+
 
 class _LatentHeads(AttentionArgs):
     """MLA's sizes: heads over a low-rank q and a kv latent, nope + rope query/key dims, v dims."""
@@ -209,6 +287,43 @@ class _LatentHeads(AttentionArgs):
     nope: Size
     rope_dim: Size
     v: Size
+
+    def _latent_bytes(self, kv_cache_dtype: str) -> int:
+        """Bytes of one cached token's latent (kv_lora_rank) and rope key (rope_dim).
+
+        fp8_ds_mla is vLLM's sparse-MLA layout: the latent in fp8 with one fp32 scale per 128,
+        the rope part kept bf16.
+        """
+        r, rope = self.kv_lora_rank, self.rope_dim
+        if kv_cache_dtype == "fp8_ds_mla":
+            return r + 4 * ceil(r / 128) + 2 * rope
+        return (r + rope) * _KV_ELEMENT_BYTES[kv_cache_dtype]
+
+    def _add_latent(self, tally: CostTally, cap: Optional[int], kv_cache_dtype: str) -> None:
+        """MLA's projections, attention and latent cache; `cap` (DSA's topk) caps the attended keys.
+
+        kv_b_proj counts over the new tokens: vLLM's decode form folds it into q (W_UK) and the
+        output (W_UV), the same 2·T·kv_lora_rank·heads·(nope + v); the prefill form also runs it over
+        the new tokens' latents. Per request the attention counts in the cheaper of vLLM's two forms:
+        absorbed (MQA over the latent: QKᵀ over kv_lora_rank + rope_dim, PV over kv_lora_rank) or
+        up-projected (kv_b_proj over the cached latents, then MHA: QKᵀ over nope + rope_dim, PV over
+        v), so a row's TFLOP/s never counts work the cheaper path vLLM has would not do.
+        """
+        h, heads, r = self.hidden, self.heads, self.kv_lora_rank
+        qk, up = self.nope + self.rope_dim, heads * (self.nope + self.v)
+        self._linear(tally, "q_a_proj", h, self.q_lora_rank)
+        self._linear(tally, "kv_a_proj_with_mqa", h, r + self.rope_dim)
+        self._linear(tally, "q_b_proj", self.q_lora_rank, heads * qk)
+        self._linear(tally, "kv_b_proj", r, up)
+        self._linear(tally, "o_proj", heads * self.v, h)
+        per_token = self._latent_bytes(kv_cache_dtype)
+        for count, q, ctx in self._groups():
+            keys = attended(ctx, q, cap)
+            read = ctx if cap is None else min(ctx, Fraction(cap))
+            absorbed = 2 * heads * (2 * r + self.rope_dim) * keys
+            up_projected = 2 * heads * (qk + self.v) * keys + 2 * read * r * up
+            tally.attention_flops += count * min(absorbed, up_projected)
+            tally.cache_bytes += count * (read + q) * per_token
 
 
 class MlaArgs(_LatentHeads):
@@ -229,6 +344,13 @@ class MlaArgs(_LatentHeads):
             raise ValueError("proj.g_proj: only with gate")
         return self
 
+    def _add_cost(self, tally: CostTally) -> None:
+        """Dense MLA over every cached token; the output gate (Kimi-K3) is one more projection,
+        hidden -> heads·v (assumed as vLLM's KDA g_proj: one gate value per output element)."""
+        self._add_latent(tally, None, self.kv_cache_dtype)
+        if self.gate:
+            self._linear(tally, "g_proj", self.hidden, self.heads * self.v)
+
 
 class MlaDsaArgs(_LatentHeads):
     """MLA with DeepSeek sparse attention (an indexer picks topk cached tokens)."""
@@ -244,6 +366,24 @@ class MlaDsaArgs(_LatentHeads):
     rope_scaling: Optional[RopeScaling] = None
     kv_cache_dtype: Literal["auto", "bf16", "fp8", "fp8_ds_mla"] = "auto"
     selection: Selection = "natural"
+
+    def _add_cost(self, tally: CostTally) -> None:
+        """MLA over at most topk selected tokens. An own indexer projects index_heads queries
+        (from the q latent), one key and the head weights, scores every key of the context and keeps
+        an fp8 index-K cache (index_dim bytes and one fp32 scale per 128); `reuse` reads an earlier
+        layer's top-k (int32 indices) instead."""
+        self._add_latent(tally, self.topk, self.kv_cache_dtype)
+        ih, idim = self.index_heads, self.index_dim
+        if self.indexer == "reuse":
+            tally.cache_bytes += tally.tokens * self.topk * _INDEX_BYTES
+            return
+        self._linear(tally, "indexer.wq_b", self.q_lora_rank, ih * idim)
+        self._linear(tally, "indexer.wk", self.hidden, idim)
+        self._linear(tally, "indexer.weights_proj", self.hidden, ih)
+        per_key = idim + 4 * ceil(idim / 128)
+        for count, q, ctx in self._groups():
+            tally.attention_flops += count * 2 * ih * idim * attended(ctx, q)
+            tally.cache_bytes += count * (ctx + q) * per_key
 
 
 class Dsv4AttnArgs(AttentionArgs):
@@ -295,6 +435,70 @@ class Dsv4AttnArgs(AttentionArgs):
             raise ValueError("compress_rope_theta / rope_scaling: only when compress_ratio > 0")
         return self
 
+    def _cache_token_bytes(self) -> int:
+        """One cached token (raw or compressed): bf16 head_dim, or vLLM's fp8 V4 layout for every
+        other dtype (auto included: vLLM runs V4 on that layout only): the nope part in fp8, one
+        ue8m0 scale byte per 64 and a pad byte, the rope part bf16."""
+        if self.kv_cache_dtype == "bf16":
+            return 2 * self.head_dim
+        nope = self.head_dim - self.rope_dim
+        return nope + ceil(nope / 64) + 1 + 2 * self.rope_dim
+
+    def _index_key_bytes(self) -> int:
+        """One index key: fp8 with one fp32 scale (default), or mxfp4 with one byte per 32."""
+        idim = self.index_dim or 0
+        return idim // 2 + ceil(idim / 32) if self.index_cache_dtype == "mxfp4" else idim + 4 * ceil(idim / 128)
+
+    def _add_cost(self, tally: CostTally) -> None:
+        """Window + compressed MQA, K = V = one head_dim latent.
+
+        Each token attends its window (itself and W-1 before it) and the compressed entries (one per
+        compress_ratio tokens; at most topk with an indexer; none at ratio 0). QKᵀ and PV both run
+        over head_dim. wo_a is grouped: o_groups blocks of heads/o_groups heads, each to o_lora_rank.
+        The compressor (ratio > 0, source) projects kv and gate, coff·head_dim each (coff 2 at ratio 4:
+        overlapping windows, as V4-Pro; else 1), and keeps an fp32 state of kv + score per token,
+        written once and read coff times as its windows pool. The indexer (own / shared) scores every
+        compressed key with index_heads queries.
+        """
+        h, heads, hd, r = self.hidden, self.heads, self.head_dim, self.compress_ratio
+        coff = 2 if r == 4 else 1
+        self._linear(tally, "wq_a", h, self.q_lora_rank)
+        self._linear(tally, "wkv", h, hd)
+        self._linear(tally, "wq_b", self.q_lora_rank, heads * hd)
+        self._linear(tally, "wo_a", heads * hd // self.o_groups, self.o_groups * self.o_lora_rank)
+        self._linear(tally, "wo_b", self.o_groups * self.o_lora_rank, h)
+        compressor = r > 0 and self.source
+        if compressor:
+            self._linear(tally, "compressor.wkv", h, coff * hd)
+            self._linear(tally, "compressor.wgate", h, coff * hd)
+            tally.state_bytes += tally.tokens * 2 * coff * hd * 4 * (1 + coff)
+        ih, idim, topk = self.index_heads or 0, self.index_dim or 0, self.topk
+        if self.indexer in ("own", "shared"):
+            self._linear(tally, "indexer.wq_b", self.q_lora_rank, ih * idim)
+            self._linear(tally, "indexer.weights_proj", h, ih)
+        if self.indexer == "own" and r == 4:
+            self._linear(tally, "indexer.compressor.wkv", h, coff * idim)
+            self._linear(tally, "indexer.compressor.wgate", h, coff * idim)
+            tally.state_bytes += tally.tokens * 2 * coff * idim * 4 * (1 + coff)
+        elif self.indexer == "own":
+            self._linear(tally, "indexer.wk", hd, idim)
+        if self.indexer == "reuse" and topk is not None:
+            tally.cache_bytes += tally.tokens * topk * _INDEX_BYTES
+        per_token = self._cache_token_bytes()
+        for count, q, ctx in self._groups():
+            keys = attended(ctx, q, self.window)
+            moved = min(ctx, Fraction(self.window - 1)) + q          # window: read, and the new tokens written
+            if r:
+                keys += attended(ctx, q, topk, ratio=r)
+                moved += ctx / r if topk is None else min(ctx / r, Fraction(topk))
+                moved += Fraction(q, r) if compressor else 0
+            tally.attention_flops += count * 4 * heads * hd * keys
+            tally.cache_bytes += count * moved * per_token
+            if self.indexer in ("own", "shared"):
+                tally.attention_flops += count * 2 * ih * idim * attended(ctx, q, ratio=r)
+                written = Fraction(q, r) if self.indexer == "own" else Fraction(0)
+                tally.cache_bytes += count * (ctx / r + written) * self._index_key_bytes()
+
 
 class GdnArgs(AttentionArgs):
     """Gated DeltaNet linear attention: projections, causal conv, delta rule over a recurrent state."""
@@ -314,6 +518,17 @@ class GdnArgs(AttentionArgs):
             raise ValueError(f"qk_heads={self.qk_heads} does not divide v_heads={self.v_heads}")
         return self
 
+    def _add_cost(self, tally: CostTally) -> None:
+        """q and k over qk_heads, v, z (the norm's gate) over v_heads, a and b one value per v head;
+        the conv runs over q, k and v; the state is v_heads x head_dim x head_dim."""
+        h, d, kd, vd = self.hidden, self.head_dim, self.qk_heads * self.head_dim, self.v_heads * self.head_dim
+        self._linear(tally, "in_proj_qkv", h, 2 * kd + vd)
+        self._linear(tally, "in_proj_z", h, vd)
+        self._linear(tally, "in_proj_a", h, self.v_heads)
+        self._linear(tally, "in_proj_b", h, self.v_heads)
+        self._linear(tally, "out_proj", vd, h)
+        _add_recurrence(self, tally, 2 * kd + vd, self.v_heads, d, self.conv_kernel, self.state_dtype)
+
 
 class KdaArgs(AttentionArgs):
     """Kimi Delta Attention: gated delta rule with a per-channel decay of rank gate_rank."""
@@ -325,6 +540,35 @@ class KdaArgs(AttentionArgs):
     conv_kernel: Size
     gate_rank: Optional[Size] = None
     state_dtype: StateDType = "fp32"
+
+    def _add_cost(self, tally: CostTally) -> None:
+        """q, k, v and the output gate g over heads·head_dim; the decay through f_a (hidden -> gate_rank,
+        head_dim when unset, as vLLM's Kimi Linear) and f_b; b one value per head; conv over q, k, v."""
+        h, p = self.hidden, self.heads * self.head_dim
+        rank = self.gate_rank if self.gate_rank is not None else self.head_dim
+        for name in ("q_proj", "k_proj", "v_proj", "g_proj"):
+            self._linear(tally, name, h, p)
+        self._linear(tally, "f_a_proj", h, rank)
+        self._linear(tally, "f_b_proj", rank, p)
+        self._linear(tally, "b_proj", h, self.heads)
+        self._linear(tally, "o_proj", p, h)
+        _add_recurrence(self, tally, 3 * p, self.heads, self.head_dim, self.conv_kernel, self.state_dtype)
+
+
+def _add_recurrence(args: AttentionArgs, tally: CostTally, conv_dim: int, heads: int, d: int, kernel: int,
+                    state_dtype: str) -> None:
+    """Linear attention's causal depthwise conv and delta rule, with their per-request state.
+
+    Conv: 2·conv_kernel FLOPs per channel and token. Delta rule, per token and head, on a
+    head_dim x head_dim state S: decay S (d² multiplies), read Sᵀk (2d²), the rank-1 update (2d²),
+    read Sᵀq (2d²): 7d², the recurrent form (the chunked prefill does the same product reorganised).
+    State: each request's S (heads·d² in state_dtype) and conv state ((conv_kernel - 1)·conv_dim,
+    bf16) written once, and read once when the request has a context (ctx 0 starts from zeros).
+    """
+    tally.attention_flops += tally.tokens * (2 * conv_dim * kernel + 7 * heads * d * d)
+    per_request = heads * d * d * _STATE_BYTES[state_dtype] + (kernel - 1) * conv_dim * _CONV_STATE_BYTES
+    for count, _q, ctx in args._groups():
+        tally.state_bytes += count * per_request * (2 if ctx > 0 else 1)
 
 
 #: Every attention op type upstream defines, by its `type`.

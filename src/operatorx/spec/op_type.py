@@ -9,20 +9,31 @@ the args model's answers, so a new op type is one module and its backends.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import ClassVar, Optional
 
 from operatorx.spec.base import SpecModel
 from operatorx.spec.parallel import Parallel
 from operatorx.spec.shard import NO_LAYER_SHAPES, LayerShapes, ShardRefused
 
-__all__ = ["OpArgs"]
+__all__ = ["OpArgs", "BusTraffic"]
+
+
+@dataclass(frozen=True)
+class BusTraffic:
+    """A collective's NCCL-tests counts: algbw = size_bytes / time, busbw = algbw × bus_factor."""
+
+    size_bytes: int
+    """NCCL-tests' size: the collective's full buffer (spec/collective.py says which one per kind)."""
+    bus_factor: float
+    """busbw / algbw (all_reduce 2(W-1)/W; all_gather, reduce_scatter, all_to_all (W-1)/W)."""
 
 
 class OpArgs(SpecModel):
     """The args of one op type. Subclasses set the class facts and answer the methods."""
 
     FAMILY: ClassVar[str] = ""
-    """The op family: `gemm`, `moe` or `attention` (which `parallel` axes it may use, FAMILY_AXES)."""
+    """The op family: `gemm`, `moe`, `attention` or `collective` (which `parallel` axes it may use, FAMILY_AXES)."""
     SIZE_AXIS: ClassVar[str] = ""
     """The arg the Shape page plots against (`m`, `tokens`, `batch`)."""
     IMPLEMENTED: ClassVar[bool] = True
@@ -57,6 +68,11 @@ class OpArgs(SpecModel):
     def peak_dtypes(self) -> tuple[str, str]:
         """(activation, weight) element dtypes: which compute peak the case is held against."""
         raise NotImplementedError
+
+    def bus_traffic(self) -> Optional[BusTraffic]:
+        """A collective's size and bus factor (its row's algbw, busbw); None for an op that is not one.
+        A collective's bound is the interconnect, not the peaks table's, so its rows carry no `% peak`."""
+        return None
 
     def rank_shard(self, sources: Sequence[str], shapes: LayerShapes = NO_LAYER_SHAPES) -> tuple[OpArgs, str]:
         """(the args one rank runs, the rule it was cut by), collectives left out (spec/shard.py);

@@ -7,13 +7,15 @@ its backends register themselves in `operatorx.backends.registry`. Nothing else 
 from __future__ import annotations
 
 from operatorx.spec.attention import ATTENTION_TYPES
+from operatorx.spec.collective import CollectiveArgs
 from operatorx.spec.gemm import GemmArgs
 from operatorx.spec.moe import MoeArgs
 from operatorx.spec.op_type import OpArgs
 
 __all__ = ["OP_TYPES", "known_types"]
 
-OP_TYPES: dict[str, type[OpArgs]] = {"gemm": GemmArgs, "moe": MoeArgs, **ATTENTION_TYPES}
+OP_TYPES: dict[str, type[OpArgs]] = {"gemm": GemmArgs, "moe": MoeArgs, "collective": CollectiveArgs,
+                                     **ATTENTION_TYPES}
 
 
 def known_types() -> str:

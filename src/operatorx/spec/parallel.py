@@ -25,7 +25,9 @@ __all__ = ["Parallel", "AXES", "FAMILY_AXES", "check_family_axes", "world_size",
 AXES = ("tp", "dp", "ep", "dcp")
 #: The axes each op family may split along (upstream core/parallel.py's GEMM/MOE/ATTENTION_AXES).
 FAMILY_AXES: dict[str, tuple[str, ...]] = {"gemm": ("tp",), "moe": ("tp", "dp", "ep"),
-                                           "attention": ("tp", "dp", "dcp")}
+                                           "attention": ("tp", "dp", "dcp"), "collective": ("tp",)}
+"""A collective runs over one group of W ranks, written as tp=W whichever layer's group it is (an MoE's
+all_to_all over dp·ep ranks included): one group size, one key."""
 
 
 class Parallel(SpecModel):
@@ -75,8 +77,8 @@ def check_family_axes(parallel: Optional[Parallel], family: str) -> Optional[Par
     allowed = FAMILY_AXES[family]
     for axis, n in parallel.split().items():
         if axis not in allowed:
-            raise ValueError(f"{axis}={n}: a {family} op splits only along {', '.join(allowed)} "
-                             f"(upstream's axes for {family})")
+            why = "one group of W ranks, written tp=W" if family == "collective" else f"upstream's axes for {family}"
+            raise ValueError(f"{axis}={n}: a {family} op splits only along {', '.join(allowed)} ({why})")
     return parallel
 
 

@@ -315,7 +315,7 @@ class Queries:
 _CASE_METRICS = ("latency_us", "method", "clock", "l2_state", "l2_verified", "noise", "summary_us", "samples_us",
                  "warmup", "stop_reason", "timing", "telemetry", "capped", "profile", "trace_path", "counters",
                  "perturbed", "profile_error", "backend_meta", "check", "host", "case_seconds", "scheme",
-                 "flops", "min_bytes", "tflops", "gbps", "pct_peak", "peak", "rank_local", "ab")
+                 "flops", "min_bytes", "tflops", "gbps", "pct_peak", "peak", "rank_local", "ranks", "ab")
 
 
 def case_detail(r: dict[str, Any], cleaned: bool = True, notes: Optional[list[str]] = None) -> dict[str, Any]:

@@ -101,6 +101,11 @@ class RowView:
     noise: Optional[float]
     capped: bool
     clock: Optional[str]
+    world: Optional[int] = None
+    """A multi-rank row's ranks (`metrics.ranks.world`); None for a single-rank row."""
+    split: Optional[str] = None
+    skew_us: Optional[float] = None
+    """A multi-rank row's median spread between its slowest and fastest rank (`metrics.ranks.skew_us`)."""
     notes: list[str] = field(default_factory=list)
     """Every note the terminal table gives the row (report/table.py: `row_notes`), and an A/B row's."""
     ab: Optional[dict[str, Any]] = None
@@ -208,6 +213,8 @@ def row_notes_of(r: dict[str, Any]) -> list[str]:
 
 
 def row_view(r: dict[str, Any]) -> RowView:
+    from operatorx.report.ranks import ranks_of
+
     op = r.get("op") or {}
     m = r.get("metrics") or {}
     op_type = str(op.get("type", ""))
@@ -217,6 +224,7 @@ def row_view(r: dict[str, Any]) -> RowView:
     sources = [clean_text(str(s)) for s in op.get("sources") or []]
     split = [_split_source(s) for s in sources]
     flops, min_bytes = _float(m.get("flops")), _float(m.get("min_bytes"))
+    ranks = ranks_of(m)
     return RowView(
         index=int(r.get("case_index") or 0), label=label, type=clean_text(op_type),
         status=clean_text(str(r.get("status") or "")),
@@ -228,7 +236,9 @@ def row_view(r: dict[str, Any]) -> RowView:
         intensity=flops / min_bytes if flops and min_bytes else None,
         stop_reason=clean_text(str(m["stop_reason"])) if m.get("stop_reason") else None,
         noise=_float(m.get("noise")), capped=bool(m.get("capped")),
-        clock=clean_text(str(m["clock"])) if m.get("clock") else None, notes=row_notes_of(r),
+        clock=clean_text(str(m["clock"])) if m.get("clock") else None,
+        world=ranks.world if ranks else None, split=clean_text(ranks.split) if ranks else None,
+        skew_us=ranks.skew_us if ranks else None, notes=row_notes_of(r),
         ab=ab_view(m.get("ab")))
 
 

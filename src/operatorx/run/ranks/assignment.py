@@ -11,6 +11,8 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, NonNegativeInt, PositiveInt, model_validator
 
+from operatorx.result_ranks import PlacementGroup
+
 __all__ = ["RankAssignment", "GroupBackend"]
 
 GroupBackend = Literal["gloo", "nccl"]
@@ -37,6 +39,9 @@ class RankAssignment(BaseModel):
     """The slot names of the W ranks, in rank order (for the row's per-rank lines)."""
     gpus: list[Optional[str]]
     """Each rank's GPU (its CUDA_VISIBLE_DEVICES entry), in rank order; None on the CPU device."""
+    placement_group: Optional[PlacementGroup] = None
+    """Where a cluster scheduler put the W processes together (Ray: one placement group on one node),
+    for the row; None for a host's own workers."""
 
     @model_validator(mode="after")
     def _consistent(self) -> RankAssignment:

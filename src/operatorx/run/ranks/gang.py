@@ -17,6 +17,11 @@ What the W answers mean (`combine`), most telling first:
    every worker of the case.
 Any failure replaces all W workers: a group with one new member cannot be trusted, nor re-formed
 around the survivors.
+
+Where the ranks run (`GangHomes`): local workers run their gang's ranks themselves, and the parent
+picks the rendezvous port. Under Ray (run/ranks/ray_gang.py) the gang's members hand their
+resources to W fresh actors in one placement group on their node, for as long as the gang lives,
+and rank 0's actor picks the port on that node: the parent may be on another machine.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional, Protocol
 
+from operatorx.result_ranks import PlacementGroup
 from operatorx.run.ranks.assignment import GroupBackend, RankAssignment
 from operatorx.run.worker_process import CaseOutcome
 
@@ -38,7 +44,7 @@ if TYPE_CHECKING:
     from operatorx.run.scheduler import Task
     from operatorx.spec import Case
 
-__all__ = ["GangSlot", "GangRunner", "RankAnswer", "combine", "free_port", "TROUBLE_GRACE_S",
+__all__ = ["GangSlot", "GangHomes", "GangRunner", "RankAnswer", "combine", "free_port", "TROUBLE_GRACE_S",
            "collective_timeout_s"]
 
 TROUBLE_GRACE_S = 5.0
@@ -60,6 +66,26 @@ class GangSlot(Protocol):
                   rank: Optional[dict[str, Any]] = None) -> bool: ...
     def await_case(self, index: int, deadline_s: float, stop: threading.Event) -> CaseOutcome: ...
     def kill(self) -> None: ...
+
+
+class GangHomes(Protocol):
+    """Where a gang's ranks run, when not on its members' own workers (Ray: run/ranks/ray_gang.py)."""
+
+    def seat(self, members: Sequence[Any]) -> Sequence[GangSlot]:
+        """The W slots the ranks run on (rank r on the r-th), made for these members; raises with why not."""
+        ...
+
+    def port(self, ranks: Sequence[GangSlot]) -> int:
+        """A free rendezvous port on the ranks' host, picked there."""
+        ...
+
+    def placement_group(self, ranks: Sequence[GangSlot]) -> Optional[PlacementGroup]:
+        """Where the ranks were put together, for the row (after their workers started)."""
+        ...
+
+    def unseat(self, members: Sequence[Any]) -> None:
+        """The ranks' processes gone, and the members free to run single-rank cases again."""
+        ...
 
 
 def free_port() -> int:
@@ -154,6 +180,7 @@ class _Formed:
     port: int
     workers: tuple[str, ...]
     """Each member's worker process (its session token) when the group formed: a new process means a new group."""
+    placement_group: Optional[PlacementGroup] = None
 
 
 def _worker_key(slot: GangSlot) -> str:
@@ -164,8 +191,11 @@ def _worker_key(slot: GangSlot) -> str:
 class GangRunner:
     """Runs multi-rank cases on gangs of slots; keeps each gang's group while its workers live."""
 
-    def __init__(self, device_kind: str, deadline_s: float):
+    def __init__(self, device_kind: str, deadline_s: float, homes: Optional[GangHomes] = None):
         self.device_kind = device_kind
+        self.homes = homes
+        """None: each member runs its rank on its own worker, and the parent picks the port."""
+        self._seated: dict[tuple[str, ...], Sequence[GangSlot]] = {}
         self.backend: GroupBackend = "nccl" if device_kind == "cuda" else "gloo"
         self.timeout_s = collective_timeout_s(deadline_s, self.backend)
         self._formed: dict[tuple[str, ...], _Formed] = {}
@@ -210,24 +240,35 @@ class GangRunner:
             on_ready: Callable[[str, dict[str, Any]], None]) -> CaseOutcome:
         """The case on `members` (rank r on members[r]): one outcome, all W workers replaced on a failure."""
         world = len(members)
-        formed = self._intact(members)
+        gang = members
+        try:
+            members = self._ranks(gang)
+            formed = self._intact(members)
+            why = None if formed is not None else self._workers(members, on_ready)
+            if formed is None and why is None:
+                homes = self.homes
+                formed = _Formed(key=f"{task.split or 'group'}#{next(self._serial)}",
+                                 port=homes.port(members) if homes is not None else free_port(),
+                                 workers=tuple(_worker_key(s) for s in members),
+                                 placement_group=homes.placement_group(members) if homes is not None else None)
+                self._formed[tuple(s.name for s in members)] = formed
+                self._grouped.update(formed.workers)
+        except Exception as err:  # noqa: BLE001 - ranks that could not be placed or reached: the case's failure
+            said = str(err).splitlines()[0] if str(err) else type(err).__name__
+            formed, why = None, f"of the {world}-rank gang {'+'.join(s.name for s in gang)} could not start: {said}"
         if formed is None:
-            why = self._workers(members, on_ready)
-            if why is not None:
-                self.dissolve(members)
-                return CaseOutcome(index=task.index, failure="crashed", detail=why, worker_replaced=True)
-            formed = _Formed(key=f"{task.split or 'group'}#{next(self._serial)}", port=free_port(),
-                             workers=tuple(_worker_key(s) for s in members))
-            self._formed[tuple(s.name for s in members)] = formed
-            self._grouped.update(formed.workers)
+            self.dissolve(gang)
+            return CaseOutcome(index=task.index, failure="crashed", detail=why or "", worker_replaced=True)
+        group: _Formed = formed
         gpus = [s.env.get("CUDA_VISIBLE_DEVICES") if self.device_kind == "cuda" else None for s in members]
         answers: queue.Queue[RankAnswer] = queue.Queue()
         killed = threading.Event()
 
         def wait(r: int, s: GangSlot) -> None:
-            assignment = RankAssignment(rank=r, world=world, split=task.split, group=formed.key, port=formed.port,
+            assignment = RankAssignment(rank=r, world=world, split=task.split, group=group.key, port=group.port,
                                         backend=self.backend, timeout_s=self.timeout_s,
-                                        workers=[m.name for m in members], gpus=gpus)
+                                        workers=[m.name for m in members], gpus=gpus,
+                                        placement_group=group.placement_group)
             try:
                 sent = s.send_case(task.index, task.case, rank=assignment.model_dump(mode="json"))
                 gone = CaseOutcome(index=task.index, failure="crashed", worker_replaced=True,
@@ -264,12 +305,24 @@ class GangRunner:
             t.join(timeout=1.0)
         outcome = combine(list(got.values()), world, task.index, stop.is_set())
         if outcome.worker_replaced:
-            self.dissolve(members)
+            self.dissolve(gang)
         return outcome
+
+    def _ranks(self, members: Sequence[GangSlot]) -> Sequence[GangSlot]:
+        """The slots the gang's ranks run on: the members themselves, or those its homes seated for it."""
+        if self.homes is None:
+            return members
+        key = tuple(s.name for s in members)
+        if key not in self._seated:
+            self._seated[key] = self.homes.seat(members)
+        return self._seated[key]
 
     def dissolve(self, members: Sequence[GangSlot]) -> None:
         """End the gang's group: its workers are killed (each slot starts a fresh one when next needed)."""
-        for s in members:
+        key = tuple(s.name for s in members)
+        for s in self._seated.pop(key, members):
             if s.worker is not None:
                 s.kill()
-        self._formed.pop(tuple(s.name for s in members), None)
+        self._formed.pop(key, None)
+        if self.homes is not None:
+            self.homes.unseat(members)

@@ -1,10 +1,11 @@
 """Which of a sweep's cases run on several workers at once, which cannot here, and in what order.
 
 A case with `parallel` tp·dp = W > 1 (of an implemented op type, without `--rank-local`) needs W
-workers of one host at once: W GPUs, or on the CPU device W of `--workers`. A run with fewer is
+workers of one host at once: W GPUs, or on the CPU device W of `--workers`; under `--executor ray`,
+W of the run's slots on one node (a slot per GPU, or per CPU, of the node: Ray's resources), since
+the W ranks' actors share one placement group there (run/ranks/ray_gang.py). A run with fewer is
 refused with the count (`unsupported`, never timed as something else); so is one whose executor
-cannot give a case several worker processes (`inline`: one process; `ray`: the actors of one
-case would need one placement group, which is not built yet), and an A/B run (not built).
+cannot give a case several worker processes (`inline`: one process), and an A/B run (not built).
 Multi-rank cases go first, each split's cases together (in their order), so a split's group is
 formed once and its workers stay busy with it; single-rank cases follow and fill every worker a
 gang does not hold. `--shard` never splits a case: a multi-rank case is one case of one shard.
@@ -23,15 +24,17 @@ __all__ = ["place", "refusal", "refused_row"]
 
 
 def refusal(world: int, *, executor: str, device_kind: str, workers: int, ab: bool) -> Optional[str]:
-    """Why a case of `world` ranks cannot run in this sweep (None: it can)."""
+    """Why a case of `world` ranks cannot run in this sweep (None: it can); `workers`: the most slots
+    of one host (of one Ray node under `ray`)."""
     needs = f"needs tp·dp = {world} GPUs of one host"
     if ab:
         return f"{needs}: an A/B of a multi-rank case is not built yet"
     if executor == "inline":
         return f"{needs}; this run has 1 (--executor inline runs every case in one process)"
-    if executor == "ray":
-        return (f"{needs}: multi-rank cases under --executor ray (the case's actors in one placement group) are "
-                "not built yet; --executor local runs them")
+    if executor == "ray" and world > workers:
+        what = "GPUs" if device_kind == "cuda" else "CPU workers"
+        return (f"needs tp·dp = {world} {what} of one Ray node; this run has {workers} on its largest node "
+                f"(one slot per {'GPU' if device_kind == 'cuda' else 'CPU'} of a node, by Ray's resources)")
     if world > workers:
         if device_kind == "cuda":
             return f"{needs}; this run has {workers}"

@@ -40,11 +40,10 @@ from operatorx.result import (
     Telemetry,
     TimingInfo,
     Warmup,
-    compute_rates,
     json_safe,
 )
 from operatorx.result_ranks import KERNELS_RECORDED, NO_KERNELS_CPU, NO_KERNELS_EVENTS, RankLine, Ranks
-from operatorx.run.case import _peak
+from operatorx.run.case import _peak, case_rates
 from operatorx.run.case_gate import case_refusal
 from operatorx.run.faults import classify_message
 from operatorx.run.ranks.assignment import RankAssignment
@@ -256,8 +255,8 @@ class _RankCase:
                                                         "window_start_s": m.window_start_s,
                                                         **({"pause_s": m.pause_s} if m.pause_s else {})})))
         peak = _peak(self.case, self.runner.peaks)
-        self.parts["rates"] = compute_rates(prepared.flops, prepared.min_bytes, m.latency_us,
-                                            _scaled_peak(peak, a.world))
+        self.parts["rates"] = case_rates(self.case, prepared.flops, prepared.min_bytes, m.latency_us,
+                                         _scaled_peak(peak, a.world))
         self.parts["conditions"] = Conditions(
             telemetry=Telemetry.model_validate(json_safe({**done.telemetry, "attempts": done.attempts})),
             capped=bool(done.capped_ranks))

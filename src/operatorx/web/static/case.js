@@ -79,6 +79,7 @@
                               ["p90", "p90"], ["max", "max"], ["iqr", "iqr"], ["cv", "cv"]], [m.summary_us]) : "",
         m.timing ? el("details", {}, el("summary", {}, "timing settings and what the timer saw"), pre(m.timing)) : ""));
     }
+    if (m.ranks) out.push(ranksSection(m.ranks, m.latency_us));
     const t = m.telemetry;
     if (t) {
       const reading = k => t[k] && typeof t[k] === "object" ? [k, t[k].min, t[k].p50, t[k].max] : null;
@@ -126,6 +127,29 @@
     }
     if (c.other && Object.keys(c.other).length) out.push(section("Other metrics", pre(c.other)));
     document.getElementById("case-sections").replaceChildren(...out);
+  }
+
+  // a multi-rank row (metrics.ranks): how its ranks were timed, and one line per rank with its GPU's
+  // telemetry in brief; busy and collective times are null where ranks.kernel_times says why
+  function ranksSection(r, latency) {
+    const p50 = (t, k) => (t && t[k] && typeof t[k] === "object" ? t[k].p50 : null);
+    const lines = (r.per_rank || []).map(p => ({ ...p, sm: p50(p.telemetry, "sm_clock_mhz"),
+      power: p50(p.telemetry, "power_w"), temp: p50(p.telemetry, "temperature_c"),
+      reasons: ((p.telemetry || {}).capping_reasons || []).join(", ") }));
+    const tele = lines.some(p => p.telemetry);
+    const cols = [["rank", "rank"], ["GPU", "gpu"], ["worker", "worker"], ["latency µs (median)", "latency_us"],
+      ["busy µs", "busy_us"], ["collective µs", "collective_us"], ["capped", "capped"],
+      ...(tele ? [["SM MHz p50", "sm"], ["power W p50", "power"], ["temp °C p50", "temp"], ["capping reasons", "reasons"]] : [])];
+    const tbl = table(cols, lines);
+    tbl.id = "rank-lines";
+    return section("Ranks",
+      el("p", { class: "help" }, `latency µs is the median over iterations of the slowest rank's time; ` +
+        `every iteration started behind a barrier on all ${r.world} ranks.`),
+      kv([["world", r.world], ["split", r.split], ["slowest rank µs (median, latency µs)", latency],
+          ["fastest rank µs (median)", r.latency_us_min], ["skew µs (median slowest − fastest)", r.skew_us],
+          ["iterations", r.iterations], ["capped ranks", (r.capped_ranks || []).length ? r.capped_ranks.join(", ") : "none"],
+          ["barrier", r.barrier], ["collectives", (r.collectives || []).join(", ")], ["kernel times", r.kernel_times]]),
+      tbl);
   }
 
   // the values an A/B paired, per side: the device rounds' medians, else the host batches'

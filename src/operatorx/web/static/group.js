@@ -2,7 +2,7 @@
    shard, status and text, sorted by any column. */
 "use strict";
 (() => {
-  const { data, el, param, setParam, fillSelect, uniq, sortNatural, link, Grid } = OX;
+  const { data, el, param, setParam, fillSelect, uniq, sortNatural, link, Grid, rankColumns } = OX;
   const rows = data.rows;
   const STATUSES = ["ok", "unsupported", "error", "missing"];
   const shardOf = r => r.shard || r.run;
@@ -17,6 +17,7 @@
     { key: "m", title: "M", num: true, cell: r => r.m === null ? "-" : String(r.m) },
     { key: "status", title: "status", cell: r => el("span", { class: "status" }, r.status) },
     ...data.metrics.map(m => ({ key: m.key, title: m.title, num: true, digits: m.digits })),   // shown.py
+    ...rankColumns(rows),                  // world, skew µs: where some row ran over several ranks
     { key: "note", title: "note", sortable: false, cls: "msg",
       cell: r => (r.notes && r.notes.length ? r.notes : [r.error_kind, r.message].filter(Boolean)).join("; ") },
   ];

@@ -172,6 +172,18 @@ const OX = (() => {
     }
   }
 
+  /* A multi-rank row's columns (web/views.py: world, skew_us), where some row ran over several
+     ranks; blank on a single-rank row, which has no skew. */
+  function rankColumns(rows) {
+    const has = v => v !== null && v !== undefined;
+    if (!rows.some(r => has(r.world))) return [];
+    return [
+      { key: "world", title: "world", num: true,
+        cell: r => (has(r.world) ? el("span", { title: r.split || "" }, String(r.world)) : "") },
+      { key: "skew_us", title: "skew µs", num: true, cell: r => (has(r.skew_us) ? fmt(r.skew_us, 2) : "") },
+    ];
+  }
+
   /* Plotly reads a few HTML-like tags in its strings; entities make any text show as itself. */
   function ptext(s) {
     return String(s === null || s === undefined ? "" : s)
@@ -192,5 +204,6 @@ const OX = (() => {
     div.dataset.drawn = "1";
   }
 
-  return { data, el, fmt, param, setParam, fillSelect, uniq, sortNatural, link, ref, hasCompare, Grid, plot, ptext };
+  return { data, el, fmt, param, setParam, fillSelect, uniq, sortNatural, link, ref, hasCompare, Grid, plot, ptext,
+           rankColumns };
 })();

@@ -1,7 +1,7 @@
 /* Run page: the run's rows, filtered by model, role, scheme, M, status and text; sorted by any number. */
 "use strict";
 (() => {
-  const { data, el, fmt, param, setParam, fillSelect, uniq, sortNatural, link, Grid } = OX;
+  const { data, el, fmt, param, setParam, fillSelect, uniq, sortNatural, link, Grid, rankColumns } = OX;
   const run = data.run;
   const rows = data.rows;
 
@@ -50,6 +50,7 @@
     ...(isAb ? [{ key: "ab_outputs", title: "outputs", sortValue: r => (r.ab ? r.ab.outputs : null),
                   cell: r => (r.ab && r.ab.outputs) || "" }] : []),
     ...(isAb ? [] : data.metrics.map(m => ({ key: m.key, title: m.title, num: true, digits: m.digits }))),   // shown.py
+    ...rankColumns(rows),                  // world, skew µs: where some row ran over several ranks
     { key: "sources", title: "sources", sortable: false, cls: "src", cell: r => r.sources.join(", ") },
     { key: "note", title: "note", sortable: false, cls: "msg", cell: note },
   ];
