@@ -6,7 +6,6 @@ ordinary actors, and a case larger than the node is refused with the count."""
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
@@ -15,15 +14,13 @@ from tests.run.test_ranks import _check_rank_numbers, _config, _singles, _tp
 ray = pytest.importorskip("ray", reason='the ray executor needs Ray: pip install "operatorx[ray]"')
 
 from operatorx.run import run_testlist  # noqa: E402
+from tests.run.ray_local import local_ray_instance  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def local_ray():
-    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
-    # address="local": a new instance of our own, never a cluster left on the machine
-    ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False, num_cpus=3, log_to_driver=False)
-    yield
-    ray.shutdown()
+    with local_ray_instance(num_cpus=3):
+        yield
 
 
 def test_a_tp2_split_runs_on_two_actors_of_one_placement_group_on_one_node(tmp_path, write_testlist, local_ray):

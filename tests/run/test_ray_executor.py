@@ -4,7 +4,6 @@ case is ok."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,7 @@ import pytest
 from operatorx.measure import TimingSettings
 from operatorx.run import RunConfig, run_testlist
 from tests.conftest import gemm
+from tests.run.ray_local import local_ray_instance
 
 ray = pytest.importorskip("ray", reason='the ray executor needs Ray: pip install "operatorx[ray]"')
 PLANTED = Path(__file__).parent / "planted" / "misbehave.py"
@@ -21,12 +21,8 @@ FAST = TimingSettings(warmup_calls=1, warmup_floor_s=0, first_warmup_floor_s=0, 
 
 @pytest.fixture(scope="module")
 def local_ray():
-    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
-    # address="local": a new instance of our own, never a cluster left on the machine (RAY_ADDRESS or
-    # /tmp/ray's record of the last one), which would refuse num_cpus
-    ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False, num_cpus=2, log_to_driver=False)
-    yield
-    ray.shutdown()
+    with local_ray_instance(num_cpus=2):
+        yield
 
 
 def fp32(m: int, n: int = 64) -> dict:
