@@ -109,7 +109,8 @@ def _refusal(case: Case, backend: Any, name: str, device: str, cpu_max_gflop: fl
     if backend is None:
         return f"backend {name!r} has no {case.type} op"
     if not isinstance(backend, RankedBackend):
-        return f"backend {name!r} has no multi-rank {case.type} (the torch backend has gemm tp, moe tp, tp·ep, dp·ep)"
+        return (f"backend {name!r} has no multi-rank {case.type} (the torch backend has gemm tp, moe tp, tp·ep, "
+                "dp·ep, collective)")
     if device == "cpu" and case.flops() > cpu_max_gflop * 1e9:
         return (f"CPU device: {case.flops() / 1e9:.0f} GFLOP per call exceeds cpu_max_gflop={cpu_max_gflop:g} "
                 "(a CPU would take minutes a call)")
