@@ -196,7 +196,11 @@ def test_cuda_ab_gives_host_and_device_differences() -> None:
     assert r.status == "ok", r.message
     assert r.host is not None and r.device is not None
     assert r.outputs is not None and r.outputs["result"] in ("bitwise", "within_tolerance")
-    assert r.host["verdict"] == "slower"                 # the default-device mode costs host time
+    # the default-device mode costs host time: slower, or held back only by a condition the row names
+    host = r.host
+    assert host["verdict"] == "slower" or (host.get("numbers_verdict") == "slower" and host.get("verdict_why")), \
+        {k: host.get(k) for k in ("verdict", "numbers_verdict", "verdict_why", "diff_us", "ci_low_us", "ci_high_us",
+                                  "a_us", "conditions")}
     assert len(r.device["round_median_us"]["a"]) == 15 and r.device["a_us"] > 0
     # the rows say which timer ran (kernels mode by default), not a fixed label
     assert r.device["method"].startswith("cupti_kernels") and r.device["l2_state"] == "cold_clean"
