@@ -98,3 +98,37 @@ def test_bias_bytes_follow_the_bias_dtype():
     c = Case.model_validate(gemm(m=1, n=64, k=64, bias="fp32"))
     plain = Case.model_validate(gemm(m=1, n=64, k=64))
     assert c.min_bytes() - plain.min_bytes() == 64 * 4
+
+
+# --- count and step: scenario metadata (docs/case-format.md) -------------------------------------------
+_GEMM_ARGS = {"m": 64, "n": 2112, "k": 7168, "a": {"dtype": "bf16"}, "b": {"dtype": "bf16"}}
+
+
+def test_count_and_step_are_typed_metadata_outside_the_key():
+    plain = Case.model_validate({"type": "gemm", "args": _GEMM_ARGS})
+    scenario = Case.model_validate({"type": "gemm", "args": _GEMM_ARGS, "count": 61, "step": "decode"})
+    assert (scenario.count, scenario.step) == (61, "decode")
+    assert (plain.count, plain.step) == (None, None)
+    assert scenario.key() == plain.key() and scenario == plain
+
+
+def test_count_and_step_round_trip_through_to_json():
+    case = Case.model_validate({"type": "gemm", "args": _GEMM_ARGS, "sources": ["org/m/o_proj"], "count": 3,
+                                "step": "prefill"})
+    data = case.to_json()
+    assert (data["count"], data["step"]) == (3, "prefill")
+    assert list(data)[:5] == ["type", "args", "sources", "count", "step"]
+    back = Case.model_validate(data)
+    assert (back.count, back.step, back.sources) == (3, "prefill", ["org/m/o_proj"])
+    assert "count" not in Case.model_validate({"type": "gemm", "args": _GEMM_ARGS}).to_json()
+
+
+@pytest.mark.parametrize(("field", "value", "words"), [
+    ("count", 0, "greater than 0"), ("count", 1.5, "integer"), ("count", "2", "integer"), ("count", True, "integer"),
+    ("step", "warmup", "'decode' or 'prefill'"), ("step", 1, "'decode' or 'prefill'"),
+])
+def test_count_and_step_are_validated(field, value, words):
+    with pytest.raises(ValidationError) as err:
+        Case.model_validate({"type": "gemm", "args": _GEMM_ARGS, field: value})
+    first = err.value.errors()[0]
+    assert first["loc"][0] == field and words in first["msg"]

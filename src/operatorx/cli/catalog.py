@@ -1,4 +1,4 @@
-"""`operatorx testlist generate` and `operatorx testlist from-config`: parse, call catalog, write.
+"""`operatorx testlist generate`, `from-config` and `serving`: parse, call catalog, write.
 
 Mounted by the main CLI: `register(testlist_app)`. Errors print one clear line (naming the
 field) and exit 2; nothing is written unless every case was produced (dump_testlist writes a
@@ -127,7 +127,39 @@ def from_config_cmd(
     _write(cases, output, [])
 
 
+def serving_cmd(
+    model: Annotated[str, typer.Option("--model", help="one catalog checkpoint: its id or its name after the org")],
+    isl: Annotated[int, typer.Option("--isl", help="input (prompt) tokens per request")],
+    osl: Annotated[int, typer.Option("--osl", help="output tokens per request")],
+    conc: Annotated[int, typer.Option("--conc", help="concurrent requests over the whole deployment")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="testlist JSON to write")],
+    tp: Annotated[int, typer.Option("--tp", help="tensor-parallel size (attention and dense layers)")] = 1,
+    dp: Annotated[int, typer.Option("--dp", help="data-parallel attention ranks; each holds conc/dp requests")] = 1,
+    ep: Annotated[int, typer.Option("--ep", help="expert-parallel size: 1 or tp·dp")] = 1,
+    mtp: Annotated[int, typer.Option("--mtp", help="MTP draft tokens per decode step (each request runs 1+mtp)")] = 0,
+    chunk: Annotated[int, typer.Option("--chunk", help="prefill chunk tokens per dp rank (vLLM's "
+                                       "max_num_batched_tokens)")] = 8192,
+    scheme: Annotated[Optional[str], typer.Option(
+        "--scheme", help="the checkpoint's scheme; default its first")] = None,
+) -> None:
+    """The ops of one decode step and one prefill chunk of a deployment, each with `count` (times per
+    step) and `step` (docs/serving.md)."""
+    from operatorx.catalog import CatalogError, CatalogWarning
+    from operatorx.catalog.serving import Scenario, serving
+
+    _check_output(output)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", CatalogWarning)
+        try:
+            cases = serving(model, Scenario(isl=isl, osl=osl, conc=conc, tp=tp, dp=dp, ep=ep, mtp=mtp, chunk=chunk),
+                            scheme)
+        except CatalogError as err:
+            _fail(str(err))
+    _write(cases, output, [w for w in caught if issubclass(w.category, CatalogWarning)])
+
+
 def register(app: typer.Typer) -> None:
-    """Add `generate` and `from-config` to the `testlist` sub-app."""
+    """Add `generate`, `from-config` and `serving` to the `testlist` sub-app."""
     app.command("generate")(generate_cmd)
     app.command("from-config")(from_config_cmd)
+    app.command("serving")(serving_cmd)

@@ -7,17 +7,20 @@ import json
 import re
 import unicodedata
 from collections.abc import Mapping
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 from pydantic import Field, PrivateAttr, SerializeAsAny, ValidationInfo, field_validator, model_validator
 
-from operatorx.spec.base import SpecModel
+from operatorx.spec.base import Size, SpecModel
 from operatorx.spec.op_type import OpArgs
 from operatorx.spec.op_types import OP_TYPES, known_types
 from operatorx.spec.parallel import Parallel
 from operatorx.spec.spelling import todays_spelling
 
-__all__ = ["Case", "name_problem"]
+__all__ = ["Case", "Step", "name_problem"]
+
+#: The serving step a scenario case belongs to (docs/serving.md).
+Step = Literal["decode", "prefill"]
 
 def _key_encoder() -> Any:
     """`json.dumps(value, sort_keys=True, separators=(",", ":"))`, the text of a case's key, with its C
@@ -63,12 +66,19 @@ class Case(SpecModel):
 
     `recipes` (the serving recipes that use the case) and `metadata` (other top-level keys a
     testlist carried, kept as written) are metadata like `sources`: they never change `key()`.
+    So are `count` (how many times one serving step runs the op) and `step` (`decode` or `prefill`),
+    which `testlist serving` writes (docs/serving.md); absent (None) on other cases.
     """
 
     type: str
     args: SerializeAsAny[OpArgs]
     sources: list[str] = Field(default_factory=list)
     recipes: list[str] = Field(default_factory=list)
+    count: Optional[Size] = None
+    """How many times one step of a serving scenario runs this op (layers x per layer); None: not a
+    scenario case."""
+    step: Optional[Step] = None
+    """The serving step (`decode` or `prefill`) that runs the op `count` times; None: not a scenario case."""
     metadata: dict[str, Any] = Field(default_factory=dict)
     _key: Optional[str] = PrivateAttr(default=None)
     """`key()`, computed once: a run asks for it several times per case (merging, shards, rows, the
@@ -161,9 +171,13 @@ class Case(SpecModel):
         return int(hashlib.sha256(self.key().encode()).hexdigest()[:8], 16)
 
     def to_json(self) -> dict[str, Any]:
-        """The case as a testlist writes it (and `Case.model_validate` reads back exactly); recipes
-        and metadata only when there are some."""
+        """The case as a testlist writes it (and `Case.model_validate` reads back exactly); count, step,
+        recipes and metadata only when there are some."""
         out: dict[str, Any] = {"type": self.type, "args": self.args_dict(), "sources": list(self.sources)}
+        if self.count is not None:
+            out["count"] = self.count
+        if self.step is not None:
+            out["step"] = self.step
         if self.recipes:
             out["recipes"] = list(self.recipes)
         if self.metadata:

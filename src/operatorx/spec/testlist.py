@@ -29,7 +29,7 @@ __all__ = [
 #: The largest testlist read (the shipped full list is about 1.4 MB).
 MAX_FILE_BYTES = 256 << 20
 #: The top-level keys of a case the format defines; others are metadata (a warning, kept as written).
-CASE_KEYS = ("type", "args", "sources", "name", "recipes", "metadata")
+CASE_KEYS = ("type", "args", "sources", "name", "recipes", "count", "step", "metadata")
 
 
 def _warn(message: str) -> None:

@@ -15,6 +15,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from operatorx.web import render
+from operatorx.web.gpus import MAX_FLEET_RUNS
 from operatorx.web.queries import Queries, WebError
 
 __all__ = ["create_app", "STATIC_DIR", "MAX_RUN_REF_CHARS", "MAX_SHAPE_RUNS", "MAX_CASE_INDEX_DIGITS"]
@@ -115,10 +116,23 @@ def create_app(queries: Queries) -> Starlette:
         cmp = queries.compare(run_ref(a, "a"), run_ref(b, "b"))
         return render.render_compare(cmp, links, queries.runs())
 
+    def gpus_index(request: Request) -> str:
+        return render.render_gpus_index(queries.gpu_testlists(), links)
+
+    def gpus(request: Request) -> str:
+        testlist = request.path_params["testlist"]
+        if len(testlist) > MAX_RUN_REF_CHARS or not testlist.isprintable():
+            raise BadRequest("testlist: longer than any testlist name, or holds control characters")
+        wanted = [r.strip() for r in request.query_params.get("runs", "").split(",") if r.strip()]
+        if len(wanted) > MAX_FLEET_RUNS:
+            raise BadRequest(f"runs: {len(wanted):,} runs, more than one GPUs page holds ({MAX_FLEET_RUNS} at most)")
+        return render.render_gpus(queries.gpus_page(testlist, [run_ref(r, "runs") for r in wanted] or None), links)
+
     routes = [
         Route("/", answer(runs)), Route("/run/{run:path}", answer(run)), Route("/shape", answer(shape)),
         Route("/roofline/{run:path}", answer(roofline)), Route("/case/{run:path}/{index}", answer(case)),
         Route("/compare", answer(compare)), Route("/group/{name:path}", answer(group)),
+        Route("/gpus", answer(gpus_index)), Route("/gpus/{testlist:path}", answer(gpus)),
         Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),
     ]
     return Starlette(routes=routes)

@@ -18,7 +18,9 @@ from operatorx.platform.peaks import peaks_for
 from operatorx.report.compare import compare_documents
 from operatorx.store import RunNotFound, Store, StoreError
 from operatorx.store.group import GROUP_PREFIX, merge_rows
+from operatorx.web.gpus import FleetPage, fleet_page, fleet_runs
 from operatorx.web.safe import clean, clean_text, shown_name
+from operatorx.web.timeline import kernel_timeline
 from operatorx.web.views import (
     STATUSES,
     CompareCase,
@@ -32,7 +34,7 @@ from operatorx.web.views import (
     run_summary,
 )
 
-__all__ = ["Queries", "WebError", "open_store", "RunPage", "GroupPage", "RooflinePage", "ComparePage"]
+__all__ = ["Queries", "WebError", "open_store", "RunPage", "GroupPage", "RooflinePage", "ComparePage", "fleet_key"]
 
 
 class WebError(Exception):
@@ -284,6 +286,40 @@ class Queries:
         views = self.rows(summary)          # their notes, read once for the Run page and the Case data
         return [case_detail(r, cleaned=False, notes=v.notes) for r, v in zip(rows, views, strict=True)]
 
+    def gpu_testlists(self, runs: Optional[list[RunSummary]] = None) -> list[tuple[str, list[RunSummary]]]:
+        """Each testlist whose GPUs page has at least two runs (web/gpus.py `fleet_runs`), with them."""
+        every = self.runs() if runs is None else runs
+        out = []
+        for testlist in sorted({r.testlist for r in every}):
+            chosen = fleet_runs(every, testlist)
+            if len(chosen) >= 2:
+                out.append((testlist, chosen))
+        return out
+
+    def gpus_page(self, testlist: str, runs: Optional[list[str]] = None,
+                  among: Optional[list[RunSummary]] = None) -> FleetPage:
+        """The GPUs page of `testlist` (as pages show it): over the runs named, or the newest run of
+        each GPU and backend of it (`fleet_runs`, from `among` when given: the static site's runs)."""
+        if runs:
+            chosen = [self.resolve(r) for r in runs]
+            other = [r.id for r in chosen if r.testlist != testlist]
+            if other:
+                raise WebError(f"run {other[0]} is not a run of testlist {shown_name(testlist)!r}")
+            chosen = list({r.id: r for r in chosen}.values())
+            why = "the runs the link names"
+        else:
+            chosen = fleet_runs(self.runs() if among is None else among, testlist)
+            if not chosen:
+                raise WebError(f"no runs of testlist {shown_name(testlist)!r}")
+            why = ("the newest run of each GPU and backend of this testlist (A/B runs and shards of a sweep "
+                   "left out)")
+        keyed = []
+        for run in chosen:
+            doc_rows = self.document(run)["rows"]
+            views = self.rows(run)
+            keyed.append((run, [(fleet_key(r), v) for r, v in zip(doc_rows, views, strict=True)]))
+        return fleet_page(testlist, keyed, chosen=why)
+
     def compare(self, a: str, b: str) -> ComparePage:
         run_a, run_b = self.resolve(a), self.resolve(b)
         doc_a, doc_b = self.document(run_a), self.document(run_b)
@@ -318,9 +354,17 @@ _CASE_METRICS = ("latency_us", "method", "clock", "l2_state", "l2_verified", "no
                  "flops", "min_bytes", "tflops", "gbps", "pct_peak", "peak", "rank_local", "ranks", "ab")
 
 
+def fleet_key(r: dict[str, Any]) -> str:
+    """A case's identity across runs of one testlist: its type and args (`case_key`) and its sources
+    (two models may share a shape; each is its own case there)."""
+    op = r.get("op") or {}
+    return case_key(op) + "\n" + "\n".join(str(s) for s in op.get("sources") or [])
+
+
 def case_detail(r: dict[str, Any], cleaned: bool = True, notes: Optional[list[str]] = None) -> dict[str, Any]:
     """Everything the Case page shows of one row (cleaned unless told); metrics it does not name go
-    under `other`. `notes`: the row's notes when the caller has read them (`row_notes_of`)."""
+    under `other`. `notes`: the row's notes when the caller has read them (`row_notes_of`). The kernel
+    timeline (web/timeline.py) is built here, so the server and the static site draw the same one."""
     m = r.get("metrics") or {}
     metrics = {k: m[k] for k in _CASE_METRICS if k in m}
     other = {k: v for k, v in m.items() if k not in metrics}
@@ -328,4 +372,6 @@ def case_detail(r: dict[str, Any], cleaned: bool = True, notes: Optional[list[st
               "error_kind": r.get("error_kind"), "message": r.get("message"), "side": r.get("side", ""),
               "op": r.get("op") or {}, "metrics": metrics, "other": other,
               "notes": notes if notes is not None else row_notes_of(r)}
+    timeline = kernel_timeline(m.get("profile"))
+    detail["kernel_timeline"] = timeline.to_json() if timeline else None
     return clean(detail) if cleaned else detail  # type: ignore[no-any-return]

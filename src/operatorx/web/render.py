@@ -15,6 +15,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from operatorx.report.ab import DIFFERENCE_SAYS
 from operatorx.shown import SHOWN
+from operatorx.web.gpus import FleetPage
 from operatorx.web.pairs import Pairing, comparable_pairs
 from operatorx.web.queries import ComparePage, GroupPage, RooflinePage, RunPage
 from operatorx.web.safe import script_json
@@ -22,7 +23,7 @@ from operatorx.web.views import RowView, RunSummary
 
 __all__ = ["Links", "server_links", "static_links", "slug", "compare_file", "render_runs", "render_run", "render_group",
            "render_shape", "shape_rows", "render_roofline", "render_case", "render_compare", "render_error",
-           "CASES_PER_CHUNK"]
+           "render_gpus", "render_gpus_index", "CASES_PER_CHUNK"]
 
 CASES_PER_CHUNK = 250
 _env = Environment(loader=PackageLoader("operatorx.web", "templates"), autoescape=select_autoescape(default=True),
@@ -79,7 +80,7 @@ class Links:
             return compare_file(str(params["a"]), str(params["b"]))
         out = self.patterns[kind]
         for name, value in params.items():
-            if name in ("run", "a", "b", "group"):
+            if name in ("run", "a", "b", "group", "testlist"):
                 value = self.ref(str(value))
             elif name == "runs":
                 value = ",".join(quote(str(v), safe="") for v in value)
@@ -106,14 +107,15 @@ def server_links() -> Links:
     return Links(static="/static/", static_site=False, patterns={
         "runs": "/", "run": "/run/{run}", "case": "/case/{run}/{index}", "shape": "/shape?runs={runs}",
         "roofline": "/roofline/{run}", "compare": "/compare?a={a}&b={b}", "compare_pick": "/compare",
-        "group": "/group/{group}"})
+        "group": "/group/{group}", "gpus": "/gpus/{testlist}", "gpus_index": "/gpus"})
 
 
 def static_links(pairs: frozenset[tuple[str, str]], groups: frozenset[str] = frozenset()) -> Links:
     return Links(static="static/", static_site=True, compare_pairs=pairs, groups=groups, patterns={
         "runs": "index.html", "run": "run-{run}.html", "case": "case-{run}.html?case={index}",
         "shape": "shape.html", "roofline": "roofline-{run}.html", "compare": "compare-{a}--{b}.html",
-        "compare_pick": "", "group": "group-{group}.html"})
+        "compare_pick": "", "group": "group-{group}.html", "gpus": "gpus-{testlist}.html",
+        "gpus_index": "gpus.html"})
 
 
 def _page(template: str, links: Links, title: str, data: dict[str, Any], run_ids: list[str], **extra: Any) -> str:
@@ -199,6 +201,21 @@ def render_compare(page: Optional[ComparePage], links: Links, runs: list[RunSumm
             "cases": [c.to_json() for c in page.cases], "flags": page.flags}
     return _page("compare.html", links, f"Compare {page.a.id} / {page.b.id}", data, [page.a.id, page.b.id],
                  cmp=page, runs=runs, plots=True)
+
+
+def render_gpus_index(testlists: list[tuple[str, list[RunSummary]]], links: Links) -> str:
+    """The testlists that have a GPUs page, each with the runs it compares."""
+    data = {"page": "gpus_index", "testlists": [{"testlist": t, "href": links.link("gpus", testlist=t),
+                                                 "runs": [r.id for r in runs]} for t, runs in testlists]}
+    ids = sorted({r.id for _, runs in testlists for r in runs})
+    return _page("gpus_index.html", links, "GPUs", data, ids, testlists=testlists)
+
+
+def render_gpus(page: FleetPage, links: Links) -> str:
+    """One testlist's runs on different GPUs against a baseline (web/gpus.py computes every number)."""
+    data = {"page": "gpus", **page.to_json()}
+    return _page("gpus.html", links, f"GPUs: {page.testlist}", data, [r.run.id for r in page.runs], fleet=page,
+                 plots=True)
 
 
 def render_error(message: str, links: Links, title: str = "Not found") -> str:

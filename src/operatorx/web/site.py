@@ -3,6 +3,7 @@ sweep uploads. The same query layer and templates as the server; links name file
 page reads the case from the run's data scripts (a browser lets file:// pages load scripts, not fetch).
 
 Layout: index.html, shape.html, run-<run>.html, roofline-<run>.html, case-<run>.html?case=N,
+gpus.html and gpus-<testlist>.html (a testlist's runs on different GPUs, web/gpus.py),
 compare-<a>--<b>.html (by default each run against the newest earlier run comparable with it,
 web/pairs.py; one file per ordered pair, `render.compare_file`), group-<name>.html (a run group whose
 runs are all in the site, as one sweep), data/cases-<run>-<chunk>.js, static/ (plotly.js, the pages'
@@ -48,6 +49,8 @@ class SiteSummary:
     """The comparisons written, each with why it was chosen."""
     groups: int = 0
     """Run group pages written."""
+    gpu_pages: int = 0
+    """GPUs pages written, one per testlist with runs of two GPUs or backends (gpus.html lists them)."""
 
 
 def _write(path: Path, text: str) -> None:
@@ -93,6 +96,24 @@ def _group_pages(queries: Queries, shown: list[RunSummary], links: render.Links,
             raise
         except Exception as err:  # noqa: BLE001 - one group's data, told in one line
             notes.append(_note(f"run group {name}", err))
+    return written, notes
+
+
+def _gpu_pages(queries: Queries, shown: list[RunSummary], links: render.Links, tmp: Path) -> tuple[int, list[str]]:
+    """gpus.html, and the GPUs page of each testlist with runs of two GPUs or backends among the site's
+    runs (web/gpus.py); returns the testlist pages written and a note for each one that could not be."""
+    written, notes, listed = 0, [], []
+    for testlist, runs in queries.gpu_testlists(shown):
+        try:
+            _write(tmp / f"gpus-{render.slug(testlist)}.html",
+                   render.render_gpus(queries.gpus_page(testlist, among=shown), links))
+            written += 1
+            listed.append((testlist, runs))
+        except OSError:
+            raise
+        except Exception as err:  # noqa: BLE001 - one testlist's data, told in one line
+            notes.append(_note(f"GPUs page of testlist {testlist}", err))
+    _write(tmp / "gpus.html", render.render_gpus_index(listed, links))
     return written, notes
 
 
@@ -268,6 +289,8 @@ def build_site(queries: Queries, out: Path, runs: Optional[list[str]] = None,
         kept = [p for p in pairings if (p.a, p.b) in set(written)]
         _write(tmp / "index.html", render.render_runs(shown, links, kept))
         _write(tmp / "shape.html", render.render_shape([(r, shape[r.id]) for r in shown], links))
+        gpu_pages, gpu_notes = _gpu_pages(queries, shown, links, tmp)
+        notes += gpu_notes
         # the marker goes last: it lists every file of this build, what the next build may replace
         _write(tmp / MARKER, json.dumps({"written_by": "operatorx report build", "note": "the next build replaces "
                                          "this directory only while it holds just these files",
@@ -282,5 +305,7 @@ def build_site(queries: Queries, out: Path, runs: Optional[list[str]] = None,
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return SiteSummary(directory=out, runs=len(shown), pages=2 + 3 * len(shown) + len(written) + len(groups),
-                       compares=len(written), skipped=tuple(notes), pairings=tuple(kept), groups=len(groups))
+    return SiteSummary(directory=out, runs=len(shown),
+                       pages=3 + 3 * len(shown) + len(written) + len(groups) + gpu_pages,
+                       compares=len(written), skipped=tuple(notes), pairings=tuple(kept), groups=len(groups),
+                       gpu_pages=gpu_pages)

@@ -1,7 +1,7 @@
 /* Case page: one row in full: samples, how it stopped, telemetry, kernels, host time, the check, the trace. */
 "use strict";
 (() => {
-  const { data, el, fmt, param, plot, link } = OX;
+  const { data, el, fmt, param, plot, link, ptext } = OX;
   const run = data.run;
 
   const kv = (pairs) => el("dl", { class: "kv" }, ...pairs.filter(p => p[1] !== undefined && p[1] !== null && p[1] !== "")
@@ -93,11 +93,17 @@
           ["stop", "stop_reason"], ["samples", "samples"], ["kept", "kept"]], t.attempts) : ""));
     }
     const p = m.profile;
+    const tl = c.kernel_timeline;
     if (p && p.kernels) {
-      out.push(section("Kernel breakdown", kv([["calls traced", p.calls], ["span µs (median)", p.span_us_median],
+      const classOf = {};
+      for (const b of (tl ? tl.bars : [])) classOf[b.name] = tl.classes[b.kernel_class] || b.kernel_class;
+      out.push(section("Kernel breakdown",
+        tl ? el("p", { class: "help", id: "kernel-timeline-basis" }, `Timeline: ${tl.basis}.`) : "",
+        tl ? el("div", { class: "plot", id: "plot-kernels" }) : "",
+        kv([["calls traced", p.calls], ["span µs (median)", p.span_us_median],
           ["busy µs (median)", p.busy_us_median], ["host gaps included", p.host_gaps_included],
           ["worker's launch gap µs", (m.timing || {}).launch_gap_us]]),
-        table([["kernel", "name"], ["per call", "count_per_call"], ["µs per call", "device_us_per_call"],
+        table([["kernel", "name"], ["class", r => classOf[r.name] || ""], ["per call", "count_per_call"], ["µs per call", "device_us_per_call"],
                ["µs median", "device_us_median"], ["grid", "grid"], ["block", "block"],
                ["regs/thread", "registers_per_thread"], ["smem B", "shared_memory_bytes"]], p.kernels)));
     }
@@ -127,6 +133,36 @@
     }
     if (c.other && Object.keys(c.other).length) out.push(section("Other metrics", pre(c.other)));
     document.getElementById("case-sections").replaceChildren(...out);
+    if (tl && p && p.kernels) kernelTimeline(tl);
+  }
+
+  // classes as report/kernel_class.py names them; one colour each, `other` grey
+  const CLASS_COLOURS = { gemm: "#4a7ab5", expert_gemm: "#2a9d8f", quantize: "#e9c46a", activation: "#f4a261",
+    routing: "#9b5de5", reduce: "#e76f51", collective: "#d62828", memory: "#8d99ae", other: "#bbbbbb" };
+
+  // one row per kernel, a bar from its start to its end (web/timeline.py says what start means)
+  function kernelTimeline(tl) {
+    const label = (b, i) => { const n = b.name.length > 48 ? b.name.slice(0, 45) + "…" : b.name;
+                              return ptext(`${i + 1} · ${n}`); };
+    const rows = tl.bars.map((b, i) => ({ ...b, y: label(b, i) }));
+    const traces = Object.keys(tl.classes).filter(k => rows.some(b => b.kernel_class === k)).map(k => {
+      const bs = rows.filter(b => b.kernel_class === k);
+      return { type: "bar", orientation: "h", name: ptext(tl.classes[k]), y: bs.map(b => b.y),
+        x: bs.map(b => b.duration_us), base: bs.map(b => b.start_us), marker: { color: CLASS_COLOURS[k] || "#bbbbbb" },
+        hovertext: bs.map(b => ptext(b.name)), textposition: "none", customdata: bs.map(b => [b.start_us, b.start_us + b.duration_us, b.launches_per_call]),
+        hovertemplate: "%{hovertext}<br>%{customdata[0]:.2f} – %{customdata[1]:.2f} µs (%{x:.2f} µs per call, "
+          + "%{customdata[2]} launches)<extra>%{fullData.name}</extra>" };
+    });
+    const height = Math.max(220, 110 + 26 * rows.length);
+    document.getElementById("plot-kernels").style.height = `${height}px`;
+    const busy = tl.busy_us_median !== null ? ` · busy µs (median) ${fmt(tl.busy_us_median, 2)}` : "";
+    plot("plot-kernels", traces, {
+      title: { text: `Kernels of one call: ${fmt(tl.total_us, 2)} µs laid end to end${busy}` },
+      barmode: "overlay", height, margin: { t: 70, r: 20, b: 50, l: 20 },
+      legend: { orientation: "h", x: 0, y: 1, yanchor: "bottom" },
+      xaxis: { title: { text: "µs from the call's first kernel (launch order, no gaps)" }, rangemode: "tozero" },
+      yaxis: { autorange: "reversed", automargin: true, type: "category", categoryorder: "array", categoryarray: rows.map(b => b.y) } },
+      rows.length);
   }
 
   // a multi-rank row (metrics.ranks): how its ranks were timed, and one line per rank with its GPU's

@@ -1,0 +1,142 @@
+"""The attention module of a checkpoint as the args of upstream's attention op types, for one batch.
+
+Each case is the whole module (every head; `parallel` {tp, dp} says the split, and with dp the batch
+is one dp group's), its fields read from the config: `gqa` for grouped-query attention, `mla` for
+DeepSeek MLA, `mla_dsa` when the config has an indexer (`index_topk`), `gdn` for the linear-attention
+layers of Qwen3.5/Qwen3-Next. The projections carry the checkpoint scheme's operands (attn_qkv for
+the input projections, attn_out for the output one), so the case computes what the GEMM roles do.
+
+A fact the config does not state is a MissingField, never a guess: RoPE's `rope_theta` is one (the
+shipped catalog does not hold it, so its models get no attention case until it does). Attention
+types this module does not derive (DeepSeek-V4's `dsv4_attn`, MLA without `q_lora_rank`) are a
+NotDerived naming them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from operatorx.catalog.arch import Arch
+from operatorx.catalog.errors import CatalogError, MissingField, NotDerived
+from operatorx.catalog.schemes import RoleSchemes, Scheme
+
+__all__ = ["attention_args", "linear_attention_args", "attention_module"]
+
+#: Model types whose vLLM attention runs RMS q/k norms (Qwen3Attention's q_norm/k_norm); config.json
+#: has no key for it.
+_QK_NORM_PREFIXES = ("qwen3",)
+
+
+def attention_module(arch: Arch) -> str:
+    """vLLM's module name of the full-attention block: `attn` in DeepSeek-V4, `self_attn` elsewhere."""
+    return "attn" if arch.attention == "dsv4" else "self_attn"
+
+
+def _pair(scheme: Scheme) -> dict[str, Any]:
+    return {"a": scheme.a, "b": scheme.b}
+
+
+def _split(tp: int, dp: int) -> dict[str, Any]:
+    return {"parallel": {k: v for k, v in (("tp", tp), ("dp", dp)) if v > 1}} if tp * dp > 1 else {}
+
+
+def _rope_theta(arch: Arch, what: str) -> float:
+    theta = arch.get("rope_theta", what)
+    if isinstance(theta, bool) or not isinstance(theta, (int, float)) or theta <= 0:
+        raise CatalogError(f"config field 'rope_theta' must be a positive number, got {theta!r} ({arch.origin})")
+    return float(theta)
+
+
+def _yarn(arch: Arch) -> Optional[dict[str, Any]]:
+    """`rope_scaling` of type yarn in the format's spelling; None without scaling; other types are
+    NotDerived (the format's rope_scaling is yarn only)."""
+    raw = arch.config.get("rope_scaling")
+    if not isinstance(raw, dict):
+        return None
+    kind = raw.get("type", raw.get("rope_type"))
+    if kind != "yarn":
+        raise NotDerived(f"rope_scaling of type {kind!r} (the attention types write yarn only)", arch.origin)
+    out: dict[str, Any] = {"type": "yarn", "factor": float(raw["factor"]),
+                           "original_max": int(raw["original_max_position_embeddings"])}
+    for key in ("beta_fast", "beta_slow", "mscale", "mscale_all_dim"):
+        if raw.get(key) is not None and float(raw[key]) > 0:
+            out[key] = float(raw[key])
+    return out
+
+
+def _gqa(arch: Arch, schemes: RoleSchemes) -> dict[str, Any]:
+    what = "the gqa attention case"
+    if arch.config.get("model_type") == "gpt_oss" and not arch.config.get("layer_types"):
+        raise MissingField("layer_types", f"gpt-oss's sliding/full attention layers ({arch.origin})")
+    if arch.config.get("layer_types") and "sliding_attention" in arch.config["layer_types"]:
+        raise NotDerived("sliding-window attention layers", arch.origin)
+    head_dim = arch.head_dim(what)
+    heads = arch.int("num_attention_heads", what)
+    rotary = arch.opt("partial_rotary_factor", 1.0)
+    qkv, out = _pair(schemes["attn_qkv"]), _pair(schemes["attn_out"])
+    return {
+        "hidden": arch.int("hidden_size", what),
+        "q_heads": heads,
+        "kv_heads": arch.int("num_key_value_heads", what) if arch.has("num_key_value_heads") else heads,
+        "head_dim": head_dim,
+        "rope_dim": int(head_dim * float(rotary)),
+        "rope_theta": _rope_theta(arch, what),
+        "qk_norm": str(arch.config.get("model_type", "")).startswith(_QK_NORM_PREFIXES),
+        "gate": bool(arch.opt("attn_output_gate", False)),
+        "proj": {"q_proj": qkv, "k_proj": qkv, "v_proj": qkv, "o_proj": out},
+    }
+
+
+def _mla(arch: Arch, schemes: RoleSchemes) -> tuple[str, dict[str, Any]]:
+    what = "the mla attention case"
+    if not arch.opt("q_lora_rank"):
+        raise NotDerived("MLA without q_lora_rank (the mla types need a low-rank q)", arch.origin)
+    qkv, out = _pair(schemes["attn_qkv"]), _pair(schemes["attn_out"])
+    args: dict[str, Any] = {
+        "hidden": arch.int("hidden_size", what),
+        "heads": arch.int("num_attention_heads", what),
+        "q_lora_rank": arch.int("q_lora_rank", what),
+        "kv_lora_rank": arch.int("kv_lora_rank", what),
+        "nope": arch.int("qk_nope_head_dim", what),
+        "rope_dim": arch.int("qk_rope_head_dim", what),
+        "v": arch.int("v_head_dim", what),
+        "rope_theta": _rope_theta(arch, what),
+        "proj": {"q_a_proj": qkv, "kv_a_proj_with_mqa": qkv, "q_b_proj": qkv, "kv_b_proj": qkv, "o_proj": out},
+    }
+    scaling = _yarn(arch)
+    if scaling is not None:
+        args["rope_scaling"] = scaling
+    if arch.opt("index_topk") is None:
+        return "mla", args
+    args.update(topk=arch.int("index_topk", "the indexer (mla_dsa)"),
+                index_heads=arch.int("index_n_heads", "the indexer (mla_dsa)"),
+                index_dim=arch.int("index_head_dim", "the indexer (mla_dsa)"), indexer="own")
+    return "mla_dsa", args
+
+
+def attention_args(arch: Arch, schemes: RoleSchemes, batch: dict[str, Any], tp: int,
+                   dp: int) -> tuple[str, dict[str, Any]]:
+    """(type, args) of the full-attention module over `batch`, split over tp x dp."""
+    if arch.attention == "dsv4":
+        raise NotDerived("DeepSeek-V4 attention (dsv4_attn) cases", arch.origin)
+    kind, args = _mla(arch, schemes) if arch.attention == "mla" else ("gqa", _gqa(arch, schemes))
+    return kind, {**args, "batch": batch, **_split(tp, dp)}
+
+
+def linear_attention_args(arch: Arch, schemes: RoleSchemes, batch: dict[str, Any], tp: int,
+                          dp: int) -> dict[str, Any]:
+    """`gdn` args of a gated-delta-net layer over `batch` (one head_dim: key and value dims agree)."""
+    what = "the gdn attention case"
+    key_dim, value_dim = arch.int("linear_key_head_dim", what), arch.int("linear_value_head_dim", what)
+    if key_dim != value_dim:
+        raise NotDerived(f"gated delta net with key head dim {key_dim} != value head dim {value_dim}", arch.origin)
+    qkv, ba, out = _pair(schemes["attn_qkv"]), _pair(schemes["linear_attn_ba"]), _pair(schemes["attn_out"])
+    return {
+        "hidden": arch.int("hidden_size", what),
+        "qk_heads": arch.int("linear_num_key_heads", what),
+        "v_heads": arch.int("linear_num_value_heads", what),
+        "head_dim": key_dim,
+        "conv_kernel": arch.int("linear_conv_kernel_dim", what),
+        "proj": {"in_proj_qkv": qkv, "in_proj_z": qkv, "in_proj_a": ba, "in_proj_b": ba, "out_proj": out},
+        "batch": batch, **_split(tp, dp),
+    }
