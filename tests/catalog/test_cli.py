@@ -48,13 +48,14 @@ def test_serving_writes_a_file_that_validates(tmp_path):
     result = CliRunner().invoke(app, ["testlist", "serving", "--model", "deepseek-v3", "--isl", "8192", "--osl", "1024",
                                       "--conc", "64", "--tp", "8", "-o", str(out)])
     assert result.exit_code == 0, result.output
-    assert "wrote 26 cases" in result.output and "rope_theta" in result.output   # attention left out, said once
+    assert "wrote 28 cases" in result.output and "rope_theta" not in result.output   # the MLA module included
     cases = load_testlist(out, on_warning=lambda line: pytest.fail(line))          # count/step are case fields
     first = cases[0]
     assert (first.args.m, first.args.n, first.args.k, first.count, first.step) == (64, 2112, 7168, 61, "decode")
-    assert sum(c.step == "prefill" for c in cases) == 13
+    assert sum(c.step == "prefill" for c in cases) == 14
+    assert [(c.step, c.count) for c in cases if c.type == "mla"] == [("decode", 61), ("prefill", 61)]
     checked = CliRunner().invoke(app, ["testlist", "validate", str(out)])
-    assert checked.exit_code == 0 and "ok" in checked.output and "26 cases" in checked.output
+    assert checked.exit_code == 0 and "ok" in checked.output and "28 cases" in checked.output
 
 
 @pytest.mark.parametrize(("flags", "words"), [
