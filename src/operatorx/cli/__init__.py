@@ -8,6 +8,7 @@ import typer
 
 from operatorx.cli.ab import ab_command
 from operatorx.cli.db import db_app
+from operatorx.cli.estimate import estimate_command
 from operatorx.cli.results import results_app
 from operatorx.cli.run import run_command
 from operatorx.cli.testlist import testlist_app
@@ -26,6 +27,7 @@ app.add_typer(results_app, name="results")
 app.add_typer(db_app, name="db")
 app.command("serve")(serve_command)
 app.add_typer(report_app, name="report")
+app.command("estimate")(estimate_command)
 
 
 def _one_line_testlist_warnings() -> None:
