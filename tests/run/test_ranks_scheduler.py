@@ -249,6 +249,31 @@ def test_a_multi_rank_case_left_with_too_few_live_workers_ends_and_the_run_finis
     assert all(by_index[i].row == {"status": "ok"} for i in (1, 2, 3, 4)) and not gangs.ran
 
 
+def test_a_full_gang_whose_member_ends_before_sitting_down_lets_the_others_go():
+    """A member that joined, then ended while starting a worker for a single-rank case (the gang filled
+    meanwhile): the member already seated does not wait forever, and the case waits again."""
+    from operatorx.run.scheduler import _Gang
+
+    clock = Clock()
+    gone, seated = TimedSlot("cpu0", clock), TimedSlot("cpu1", clock)
+    tasks = _tasks([_split(2, 2)], singles=0)
+    scheduler = Scheduler([gone, seated], tasks, deadline_s=30, grace_s=1, events=Events(),
+                          gangs=FakeGangs(clock))  # type: ignore[arg-type]
+    task = scheduler._pending.popleft()
+    scheduler._in_flight += 1
+    gang = _Gang(task, members=[gone, seated])            # full: both joined
+    scheduler._member_of = {"cpu0": gang, "cpu1": gang}
+    scheduler._active[task.split] = 1
+    sitter = threading.Thread(target=scheduler._sit, args=(gang,))
+    sitter.start()
+    scheduler._serve_slot = lambda slot: None             # type: ignore[method-assign]  # cpu0 ends at once
+    scheduler._slot_loop(gone)
+    sitter.join(5)
+    assert not sitter.is_alive() and gang.done
+    assert [t.index for t in scheduler.unrun] == [task.index] and scheduler._in_flight == 0
+    assert scheduler._member_of == {} and scheduler._active[task.split] == 0
+
+
 @dataclass
 class StoppedGangs(FakeGangs):
     """A gang case that runs until the run is stopped (SIGTERM), then ends interrupted."""

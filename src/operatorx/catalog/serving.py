@@ -13,10 +13,9 @@ layer) and `step`. The rules (docs/serving.md says them in full and which ops ar
   chunk (vLLM computes logits at each scheduled request's last token).
 - MoE layers and attention are whole layers with `parallel` {tp, dp, ep} ({tp, dp} for attention),
   their tokens / batch each dp group's.
-- Collectives (bf16 hidden states): a tp all-reduce of tokens x hidden after the attention and the
-  MLP of every layer (after the MoE only without dp); with dp, the MoE layer's dispatch and combine:
-  all_to_all of tokens·top_k·hidden per rank over tp·dp under ep, else all_gather before and
-  reduce_scatter after over the dp ranks; lm_head's logits gathered over tp.
+- Collectives (bf16 hidden states): a tp all-reduce of tokens x hidden after the attention of every
+  layer and after every dense MLP; lm_head's logits gathered over tp. A MoE layer's exchange is
+  inside its case (the whole layer over its ranks), never a case of its own.
 Identical ops (one key) within a step are one case, counts summed and sources joined.
 """
 
@@ -229,16 +228,8 @@ def _collectives(step: _Step, arch: Arch, sc: Scenario, tokens: int, logit_rows:
     _collective(step, "all_reduce", per_rank, sc.tp, f"{attention}:all_reduce", layers.full_attention)
     _collective(step, "all_reduce", per_rank, sc.tp, "linear_attn:all_reduce", layers.linear_attention)
     _collective(step, "all_reduce", per_rank, sc.tp, f"{prefix}:all_reduce", layers.dense_mlp)
-    if layers.moe and sc.dp == 1:
-        _collective(step, "all_reduce", per_rank, sc.tp, f"{prefix}.experts:all_reduce", layers.moe)
-    elif layers.moe and sc.ep > 1:
-        pairs = per_rank * arch.int("top_k", "the MoE dispatch")
-        split(pairs, sc.world, "tokens·top_k·hidden of the MoE all_to_all", arch.origin)
-        _collective(step, "all_to_all", pairs, sc.world, f"{prefix}.experts:dispatch", layers.moe)
-        _collective(step, "all_to_all", pairs, sc.world, f"{prefix}.experts:combine", layers.moe)
-    elif layers.moe:
-        _collective(step, "all_gather", sc.dp * per_rank, sc.dp, f"{prefix}.experts:dispatch", layers.moe)
-        _collective(step, "reduce_scatter", sc.dp * per_rank, sc.dp, f"{prefix}.experts:combine", layers.moe)
+    # no MoE collective: the MoE case is the whole layer over its ranks (`parallel`), its all-reduce or
+    # dispatch/combine inside it, and a step that also counted them would count them twice
     vocab = -(-arch.int("vocab_size", "lm_head's logits") // VOCAB_PADDING) * VOCAB_PADDING
     _collective(step, "all_gather", logit_rows * vocab, sc.tp, "lm_head:all_gather", 1)
 

@@ -206,9 +206,10 @@ def _unmeasured(case: Case, row: Optional[Row]) -> Unmeasured:
 
 
 def _whole(unmeasured: list[Unmeasured]) -> bool:
-    """Whether the step's time covers all of its work: an attention case without an ok row is covered
-    by its module's GEMM roles (themselves listed when they have none); any other op is not."""
-    return all(u.op_class == "attention" for u in unmeasured)
+    """Whether the step's time covers all of its work: every op has an ok row. An attention case
+    without one is not covered by its module's GEMM roles: they time the projections, not the
+    attention over the cache."""
+    return not unmeasured
 
 
 def _step(name: str, cases: list[Case], rows: dict[str, Row], facts: Optional[ScenarioFacts],

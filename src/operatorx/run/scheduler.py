@@ -272,6 +272,17 @@ class Scheduler:
                                      "could start")
         return _Event("finished", "", task=task, outcome=outcome)
 
+    def _disband(self, gang: _Gang) -> None:
+        """A full gang whose member ended before it sat down (its worker could not start): the members
+        waiting in it are let go and its case waits again, first in line (under the lock)."""
+        gang.done = True
+        self._active[gang.task.split] -= 1
+        for member in gang.members:
+            self._member_of.pop(member.name, None)
+        self._in_flight -= 1
+        self._pending.appendleft(gang.task)
+        self._lock.notify_all()
+
     def _sit(self, gang: _Gang) -> None:
         """Wait in a full gang until every member is free; the last one leads it."""
         with self._lock:
@@ -334,6 +345,8 @@ class Scheduler:
                 gang = self._member_of.get(slot.name)
                 if gang is not None and not gang.full:
                     self._leave(gang, slot)            # a slot that ended: its forming gang fills without it
+                elif gang is not None and not gang.done:
+                    self._disband(gang)                # full, but it never sat down: the others would wait forever
                 self._live_at[host_of(slot)] -= 1
                 self._lock.notify_all()
             self._events.put(_Event("slot_done", slot.name))
