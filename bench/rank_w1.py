@@ -3,15 +3,18 @@ then the call's kernel span from the activity records; run/ranks/, measure/rank_
 the single-device timer reads, for the torch gemm and moe? (Issue 30's one-GPU check; its numbers go
 to docs/benchmarks.md.)
 
-    python bench/rank_w1.py [--device cuda|cpu] [--rounds 3] [--out FILE.json]
+    python bench/rank_w1.py [--device cuda|cpu] [--backend torch|vllm] [--rounds 3] [--out FILE.json]
 
 One worker job is built as a sweep builds it (CUDA context, CUPTI, the timer, the L2 probe). A
 one-rank group is formed (NCCL with NCCL_NVLS_ENABLE=0 on CUDA, gloo on the CPU, rendezvous on
 127.0.0.1). Each case is then timed `--rounds` times each way, alternating: the plain path
 (`CaseRunner.run`: CUPTI kernel spans on CUDA) and the rank path (`run_rank_case` with W=1: the
 same torch call, no collective at W=1, each iteration behind the one-element device all_reduce,
-its kernel span read from the same records). Prints one line per case: both medians of latency and
-busy time and their ratios, and writes every row to `--out` when given.
+its kernel span read from the same records). With `--backend vllm` the rank path builds vLLM's
+parallel state on the group (tensor_parallel_size=1) and the role's parallel layer
+(`RowParallelLinear` for o_proj, `ColumnParallelLinear` for gate_up_proj, FusedMoE), against
+`ReplicatedLinear` / FusedMoE on the plain path; the cases add block-FP8 ones. Prints one line
+per case: both medians of latency and busy time and their ratios, and writes every row to `--out` when given.
 """
 
 from __future__ import annotations
@@ -37,6 +40,21 @@ CASES: list[dict[str, Any]] = [
                              "activation": {"kind": "silu"}, "routing": {"distribution": "balanced", "seed": 0}},
      "sources": ["deepseek-ai/DeepSeek-V2-Lite/mlp.experts"]},
 ]
+FP8_ACT = {"dtype": "e4m3", "scale": {"dtype": "fp32", "static": False, "group": [1, 128]}}
+FP8_BLOCK = {"dtype": "e4m3", "scale": {"dtype": "fp32", "static": True, "group": [128, 128]}}
+VLLM_CASES: list[dict[str, Any]] = CASES + [
+    {"type": "gemm", "args": {"m": 64, "n": 7168, "k": 2048, "a": FP8_ACT, "b": FP8_BLOCK, "out": "bf16"},
+     "sources": ["deepseek-ai/DeepSeek-R1-0528/self_attn.o_proj"]},
+    {"type": "gemm", "args": {"m": 1024, "n": 4096, "k": 4096, "a": FP8_ACT, "b": FP8_BLOCK, "out": "bf16"},
+     "sources": ["org/model/mlp.gate_up_proj"]},
+    {"type": "moe", "args": {"tokens": 64, "hidden": 2048, "out": "bf16",
+                             "experts": {"num": 64, "top_k": 6, "inter": 1408, "a1": FP8_ACT, "w1": FP8_BLOCK,
+                                         "w2": FP8_BLOCK, "a2": FP8_ACT},
+                             "router": {"gate": {"dtype": "bf16"}, "scoring": "softmax", "select": {"kind": "topk"},
+                                        "renormalize": False},
+                             "activation": {"kind": "silu"}, "routing": {"distribution": "balanced", "seed": 0}},
+     "sources": ["deepseek-ai/DeepSeek-V2-Lite/mlp.experts"]},
+]
 CPU_CASES: list[dict[str, Any]] = [
     {"type": "gemm", "args": {"m": 8, "n": 256, "k": 256, "a": BF16, "b": BF16, "out": "bf16"},
      "sources": ["org/model/mlp.gate_up_proj"]},
@@ -51,6 +69,7 @@ CPU_CASES: list[dict[str, Any]] = [
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    parser.add_argument("--backend", default="torch", choices=("torch", "vllm"))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", default=None)
     opts = parser.parse_args()
@@ -63,7 +82,7 @@ def main() -> int:
     from operatorx.run.ranks.gang import collective_timeout_s, free_port
     from operatorx.run.ranks.rank_runner import run_rank_case
 
-    config = RunConfig(testlist="bench-rank-w1", device=opts.device)
+    config = RunConfig(testlist="bench-rank-w1", device=opts.device, backend=opts.backend)
     job: Any = build_job(JobSpec(config=config, run_id="bench-rank-w1", testlist="bench-rank-w1"))
     backend = "nccl" if opts.device == "cuda" else "gloo"
     assignment = RankAssignment(rank=0, world=1, split="w1", group="bench-w1#1", port=free_port(), backend=backend,
@@ -72,7 +91,8 @@ def main() -> int:
                                                          if opts.device == "cuda" else None])
     rows: list[dict[str, Any]] = []
     print(f"{'case':44} {'plain µs':>10} {'rank W=1 µs':>12} {'ratio':>7}  plain method / rank method")
-    for i, raw in enumerate(CASES if opts.device == "cuda" else CPU_CASES):
+    cases = CPU_CASES if opts.device == "cpu" else VLLM_CASES if opts.backend == "vllm" else CASES
+    for i, raw in enumerate(cases):
         case = Case.model_validate(raw)
         plain, ranked, busy_plain, busy_ranked = [], [], [], []
         for _ in range(opts.rounds):

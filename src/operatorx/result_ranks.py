@@ -66,6 +66,13 @@ class Ranks(Part):
     skew_us: float = doc("median over the timed iterations of the spread between the slowest and the fastest "
                          "rank (max − min): how unevenly the ranks finish after starting together", "µs", ...)
     iterations: int = doc("timed iterations; every rank ran each one (the count is agreed across ranks)", "calls", ...)
+    starved_iterations_dropped: int = doc("timed iterations dropped on every rank because some rank's GPU sat idle "
+                                          "before or inside its call (that host launched late; a late rank also "
+                                          "holds its peers in their collectives), beside `iterations`", "calls", 0)
+    host_gaps_included: bool = doc("every iteration of three rounds in a row was starved on some rank: the op itself "
+                                   "leaves the GPU idle inside its call, so its starved iterations are kept "
+                                   "(`starved_iterations_kept`) and its spans include that host time", "", False)
+    starved_iterations_kept: int = doc("starved iterations kept once `host_gaps_included`", "calls", 0)
     capped_ranks: list[int] = Field(default_factory=list, description="ranks whose GPU was capped in the kept "
                                     "attempt (a capped rank makes every rank take the attempt again)",
                                     json_schema_extra={"unit": ""})

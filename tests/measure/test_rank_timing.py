@@ -4,6 +4,7 @@ fastest / spread per iteration. A scripted second rank stands in for the group."
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections.abc import Sequence
 
@@ -13,11 +14,13 @@ from operatorx.measure import TimingSettings
 from operatorx.measure.rank_timing import (
     MAX_WARMUP_CALLS,
     HostIterationClock,
+    RoundsIncomplete,
     RoundTimes,
     agreed_warmup_calls,
     collective_busy_ns,
     measure_ranks,
     per_iteration,
+    round_of_calls,
 )
 from operatorx.measure.trace import Activity, CallTrace
 
@@ -44,7 +47,12 @@ class ScriptedPeer:
         mine = list(values)
         if len(mine) == 1:                                # the capped flags
             return [mine, [0.0]]
-        return [mine, [v + LAG_US for v in mine[:-1]] + [mine[-1]]]
+        n = (len(mine) - 2) // 2                          # n times, n starved flags, incomplete, elapsed
+        return [mine, [v + LAG_US for v in mine[:n]] + self.peer_flags(n) + [mine[-1]]]
+
+    def peer_flags(self, n: int) -> list[float]:
+        """The peer's starved flags and incomplete flag of a round (none here)."""
+        return [0.0] * (n + 1)
 
 
 def test_per_iteration_takes_the_slowest_and_fastest_rank_of_each_iteration():
@@ -92,7 +100,7 @@ class KernelRecordsClock:
     def synced_call(self, fn) -> None:
         fn()
 
-    def round(self, fn, n, call_s, pause_s, before_barrier) -> RoundTimes:
+    def round(self, fn, n, call_s, pause_s, before_barrier, head_start=1.0) -> RoundTimes:
         out = RoundTimes([10.0 + self.made + i for i in range(n)], [6.0 + self.made + i for i in range(n)],
                          [2.0] * n)
         self.made += n
@@ -117,3 +125,82 @@ def test_the_collective_time_of_a_call_is_its_nccl_kernels_busy_time_overlaps_on
     assert collective_busy_ns(call) == 120          # 80..200, the overlap 140..150 once
     assert call.busy_ns == 210 and call.span_ns == 220
     assert collective_busy_ns(CallTrace([act("sm90_xmma_gemm", 0, 100)])) == 0
+
+
+class StarvingPeer(ScriptedPeer):
+    """A peer whose GPU sat idle in the iterations `starved(round, i)` says, and whose records of
+    round `incomplete_round` (if any) missed a call."""
+
+    def __init__(self, starved=lambda r, i: False, incomplete_round: int = -1) -> None:
+        super().__init__()
+        self.starved, self.incomplete_round, self.rounds = starved, incomplete_round, 0
+
+    def peer_flags(self, n: int) -> list[float]:
+        r = self.rounds
+        self.rounds += 1
+        return [1.0 if self.starved(r, i) else 0.0 for i in range(n)] + [1.0 if r == self.incomplete_round else 0.0]
+
+
+class SpyClock(KernelRecordsClock):
+    """The kernel-records clock, remembering each round's head start; its own round `incomplete_round`
+    misses a call."""
+
+    def __init__(self, incomplete_round: int = -1) -> None:
+        super().__init__()
+        self.head_starts: list[float] = []
+        self.incomplete_round = incomplete_round
+
+    def round(self, fn, n, call_s, pause_s, before_barrier, head_start=1.0) -> RoundTimes:
+        self.head_starts.append(head_start)
+        out = super().round(fn, n, call_s, pause_s, before_barrier, head_start)
+        if len(self.head_starts) - 1 == self.incomplete_round:
+            return RoundTimes([0.0] * n, incomplete="1 call without kernels")
+        return out
+
+
+def test_an_iteration_a_peer_starved_in_is_dropped_on_every_rank_and_the_next_round_starts_further_ahead():
+    # the peer's GPU sat idle in iterations 3 and 7 of the first round: both ranks drop them
+    clock = SpyClock()
+    two_rounds = dataclasses.replace(SETTINGS, min_samples=20, max_samples=40)
+    m = measure_ranks(lambda: None, clock, StarvingPeer(lambda r, i: r == 0 and i in (3, 7)), two_rounds)
+    assert m.starved_dropped == 2 and not m.host_gaps_included
+    kept_first = [10.0 + i for i in range(16) if i not in (3, 7)]
+    assert m.by_rank_us[0][:14] == kept_first
+    assert m.by_rank_us[1][:14] == [v + LAG_US for v in kept_first]
+    assert m.busy_us is not None and m.busy_us[:14] == [6.0 + i for i in range(16) if i not in (3, 7)]
+    assert clock.head_starts[:2] == [1.0, 2.0]        # a round lost iterations: twice the head start
+
+
+def test_an_op_that_starves_every_iteration_is_kept_after_three_rounds_and_says_so():
+    clock = SpyClock()
+    m = measure_ranks(lambda: None, clock, StarvingPeer(lambda r, i: True), SETTINGS)
+    assert m.host_gaps_included and m.starved_dropped == 32      # two rounds dropped, then kept
+    assert m.starved_kept == len(m.by_rank_us[0]) >= 16
+    assert m.by_rank_us[0][:16] == [10.0 + 32 + i for i in range(16)]
+
+
+def test_a_peers_incomplete_records_stop_this_rank_too_with_the_ranks_named():
+    with pytest.raises(RoundsIncomplete, match=r"rank\(s\) \[1\] of 2"):
+        measure_ranks(lambda: None, SpyClock(), StarvingPeer(incomplete_round=0), SETTINGS)
+
+
+def test_this_ranks_incomplete_round_is_told_to_the_peers_before_it_raises():
+    peer = StarvingPeer()
+    with pytest.raises(RoundsIncomplete, match=r"rank\(s\) \[0\] of 2.*1 call without kernels"):
+        measure_ranks(lambda: None, SpyClock(incomplete_round=0), peer, SETTINGS)
+    assert peer.rounds == 1                            # the exchange happened: the peer is not left waiting
+
+
+def test_a_round_of_call_traces_gives_spans_busy_starved_or_why_it_is_incomplete():
+    def act(name: str, start: int, end: int) -> Activity:
+        return Activity(name, start, end, 0)
+
+    ok = CallTrace([act("gemm", 0, 1000), act("ncclDevKernel_AllReduce", 1000, 3000)])
+    starved = CallTrace([act("gemm", 10_000, 11_000)], max_gap_ns=8_000)
+    r = round_of_calls([ok, starved], 2)
+    assert r.call_us == [3.0, 1.0] and r.busy_us == [3.0, 1.0] and r.collective_us == [2.0, 0.0]
+    assert r.starved == [False, True] and r.incomplete is None
+    short = round_of_calls([ok, CallTrace([])], 2)
+    assert short.incomplete is not None and "1 without kernels" in short.incomplete and short.call_us == [0.0, 0.0]
+    assert "2 calls recorded" in (round_of_calls([ok, ok], 3).incomplete or "")
+    assert "4 records dropped" in (round_of_calls([ok], 1, records_dropped=4).incomplete or "")

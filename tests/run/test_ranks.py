@@ -213,3 +213,19 @@ def test_sigterm_stops_multi_rank_cases_and_resume_finishes_them(tmp_path, write
         rows = reading.rows(run_id)
     assert sorted((r.case_index, r.status) for r in rows) == [(i, "ok") for i in range(6)]
     assert all(r.ranks is not None and r.ranks.world == 2 for r in rows)
+
+
+def test_graph_timing_is_refused_for_multi_rank_cases_on_cuda_with_what_to_use():
+    from operatorx.backends import get_backend
+    from operatorx.run.ranks.rank_runner import GRAPH_REFUSAL, _refusal
+    from operatorx.spec import Case
+
+    raw = gemm(m=8, n=256, k=256)
+    raw["args"]["parallel"] = {"tp": 2}
+    raw["sources"] = ["org/model/mlp.gate_up_proj"]
+    case = Case.model_validate(raw)
+    backend = get_backend("torch", "gemm")
+    why = _refusal(case, backend, "torch", "cuda", 1e9, 1e9, 2, "graph")
+    assert why == GRAPH_REFUSAL and "--timing kernels" in why
+    assert _refusal(case, backend, "torch", "cuda", 1e9, 1e9, 2, "kernels") is None
+    assert _refusal(case, backend, "torch", "cpu", 1e9, 1e9, 2, "graph") is None   # the CPU runs the host clock

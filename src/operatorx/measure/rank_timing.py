@@ -16,7 +16,11 @@ The protocol (upstream OperatorX's for multi-rank ops, kept here):
   the host clock;
 - after each round the ranks exchange their times (and rank 0's elapsed wall time), so every rank
   holds the same W × n matrix and takes the same decision to stop (measure/loop.py's rule, applied
-  to the per-iteration maxima) with no further message;
+  to the per-iteration maxima) with no further message. With the times go two flags: an iteration
+  that some rank's GPU sat idle in (a starved call: that host had not kept up, measure/trace.py) is
+  dropped on every rank, because a late rank also holds its peers in their collectives; and a rank
+  whose activity records missed a call makes every rank stop with the same error, where one rank
+  raising alone would leave the others waiting in the next exchange;
 - per iteration the max and min over ranks: `latency_us` = median of the maxima (the slowest rank,
   what the layer costs), `latency_us_min` = median of the minima, `skew_us` = median of max − min.
 A capped rank (its GPU under a power or thermal cap) makes every rank take the attempt again
@@ -39,7 +43,7 @@ from operatorx.measure.telemetry import Telemetry, TelemetrySampler
 from operatorx.measure.trace import CallTrace
 
 __all__ = ["Agree", "IterationClock", "HostIterationClock", "CudaIterationClock", "KernelIterationClock",
-           "RoundTimes", "collective_busy_ns", "RankMeasurement",
+           "RoundTimes", "RoundsIncomplete", "collective_busy_ns", "round_of_calls", "RankMeasurement",
            "RankAttempts", "agreed_warmup_calls", "measure_ranks", "measure_ranks_with_retries", "per_iteration",
            "MAX_WARMUP_CALLS"]
 
@@ -73,6 +77,11 @@ class RoundTimes:
     call_us: list[float]
     busy_us: Optional[list[float]] = None
     collective_us: Optional[list[float]] = None
+    starved: Optional[list[bool]] = None
+    """Per iteration: the GPU sat idle before or inside the call (kernel records only)."""
+    incomplete: Optional[str] = None
+    """Why this round's records cannot be used (a call without kernels, dropped records); its times are
+    then placeholders, and every rank stops when it learns of it."""
 
 
 class IterationClock(Protocol):
@@ -88,8 +97,9 @@ class IterationClock(Protocol):
         ...
 
     def round(self, fn: Callable[[], Any], n: int, call_s: float, pause_s: float,
-              before_barrier: Optional[Callable[[], None]]) -> RoundTimes:
-        """`n` iterations of barrier + timed call; each iteration's times."""
+              before_barrier: Optional[Callable[[], None]], head_start: float = 1.0) -> RoundTimes:
+        """`n` iterations of barrier + timed call; each iteration's times. `head_start` scales the
+        GPU spin the round is enqueued behind (it grows after a round with starved calls)."""
         ...
 
 
@@ -107,7 +117,7 @@ class HostIterationClock:
         fn()
 
     def round(self, fn: Callable[[], Any], n: int, call_s: float, pause_s: float,
-              before_barrier: Optional[Callable[[], None]]) -> RoundTimes:
+              before_barrier: Optional[Callable[[], None]], head_start: float = 1.0) -> RoundTimes:
         out: list[float] = []
         for _ in range(n):
             if before_barrier is not None:
@@ -121,10 +131,13 @@ class HostIterationClock:
         return RoundTimes(out)
 
 
-def _spin_cycles(n: int, call_s: float, hz: float) -> int:
+_MAX_SPIN_S = 0.05
+
+
+def _spin_cycles(n: int, call_s: float, hz: float, head_start: float = 1.0) -> int:
     """The GPU spin the host enqueues a round of `n` calls behind: ~30 µs a call of launches, the call
-    itself, at most 50 ms."""
-    return int(min(0.05, n * (call_s + 30e-6)) * hz)
+    itself, times `head_start`, at most 50 ms."""
+    return int(min(_MAX_SPIN_S, head_start * n * (call_s + 30e-6)) * hz)
 
 
 class CudaIterationClock:
@@ -147,12 +160,12 @@ class CudaIterationClock:
         torch.cuda.synchronize()
 
     def round(self, fn: Callable[[], Any], n: int, call_s: float, pause_s: float,
-              before_barrier: Optional[Callable[[], None]]) -> RoundTimes:
+              before_barrier: Optional[Callable[[], None]], head_start: float = 1.0) -> RoundTimes:
         import torch
 
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
-        torch.cuda._sleep(_spin_cycles(n, call_s, self._hz))
+        torch.cuda._sleep(_spin_cycles(n, call_s, self._hz, head_start))
         for i in range(n):
             if before_barrier is not None:
                 before_barrier()
@@ -176,8 +189,9 @@ class KernelIterationClock:
     """CUDA ranks (the default `kernels` timing): the same round as `CudaIterationClock` (behind a GPU
     spin; per iteration the L2 flush and the device barrier, outside the call), recorded by the
     process's activity session. An iteration's time is its call's kernel span, as a single-rank row's,
-    so one rank reads what the plain path reads; its busy and collective times come with it. A round
-    whose records miss a call raises: a span that lost a kernel must not pass as a shorter time."""
+    so one rank reads what the plain path reads; its busy and collective times come with it, and
+    whether the call was starved. A round whose records miss a call is `incomplete`: a span that lost
+    a kernel must not pass as a shorter time."""
 
     clock = "device"
     method = "ranks/kernel_span"
@@ -194,7 +208,7 @@ class KernelIterationClock:
         torch.cuda.synchronize()
 
     def round(self, fn: Callable[[], Any], n: int, call_s: float, pause_s: float,
-              before_barrier: Optional[Callable[[], None]]) -> RoundTimes:
+              before_barrier: Optional[Callable[[], None]], head_start: float = 1.0) -> RoundTimes:
         from operatorx.measure.activity import activity_session
         from operatorx.measure.trace import trace_batch
 
@@ -206,15 +220,20 @@ class KernelIterationClock:
             self._flush()
             self._barrier()
 
-        batch = trace_batch(fn, n, outside_the_call, _spin_cycles(n, call_s, self._hz), pause_s=pause_s,
-                            pause_spin_cycles=int(pause_s * self._hz) if pause_s > 0 else 0)
-        calls = batch.calls
-        if len(calls) != n or any(not c.activities for c in calls) or batch.records_dropped:
-            raise RuntimeError(f"kernel records incomplete for a round of {n} calls: {len(calls)} calls recorded, "
-                               f"{sum(1 for c in calls if not c.activities)} without kernels, "
-                               f"{batch.records_dropped} records dropped")
-        return RoundTimes([c.span_ns / 1e3 for c in calls], [c.busy_ns / 1e3 for c in calls],
-                          [collective_busy_ns(c) / 1e3 for c in calls])
+        batch = trace_batch(fn, n, outside_the_call, _spin_cycles(n, call_s, self._hz, head_start),
+                            pause_s=pause_s, pause_spin_cycles=int(pause_s * self._hz) if pause_s > 0 else 0)
+        return round_of_calls(batch.calls, n, batch.records_dropped)
+
+
+def round_of_calls(calls: Sequence[CallTrace], n: int, records_dropped: int = 0) -> RoundTimes:
+    """A round's times from its `n` calls' traces (spans, busy, collectives, starved), or an incomplete
+    round (placeholder zeros and why) when the records miss a call or lost some."""
+    if len(calls) != n or any(not c.activities for c in calls) or records_dropped:
+        why = (f"kernel records incomplete for a round of {n} calls: {len(calls)} calls recorded, "
+               f"{sum(1 for c in calls if not c.activities)} without kernels, {records_dropped} records dropped")
+        return RoundTimes([0.0] * n, [0.0] * n, [0.0] * n, [False] * n, incomplete=why)
+    return RoundTimes([c.span_ns / 1e3 for c in calls], [c.busy_ns / 1e3 for c in calls],
+                      [collective_busy_ns(c) / 1e3 for c in calls], [c.starved for c in calls])
 
 
 @dataclass(frozen=True)
@@ -256,6 +275,12 @@ class RankMeasurement:
     """This rank's busy time of every timed iteration (kernel records only; else None)."""
     collective_us: Optional[list[float]] = None
     """This rank's collectives' kernel time of every timed iteration (kernel records only; else None)."""
+    starved_dropped: int = 0
+    """Iterations dropped on every rank because some rank's GPU sat idle in its call (host late)."""
+    starved_kept: int = 0
+    """Starved iterations kept once every iteration of three rounds in a row was starved."""
+    host_gaps_included: bool = False
+    """The op itself leaves the GPU idle inside its call: its starved iterations are kept."""
 
     @property
     def latency_us(self) -> float:
@@ -310,6 +335,68 @@ def _warmup(fn: Callable[[], Any], clock: IterationClock, agree: Agree, settings
     return calls, time.perf_counter() - start, call_s
 
 
+_ALL_STARVED_ROUNDS = 3
+"""Rounds in a row with every iteration starved on some rank: the op itself leaves the GPU idle
+(it waits on the host inside the call); its spans are then kept and the row says so."""
+
+_MAX_HEAD_START = 64.0
+
+
+class RoundsIncomplete(RuntimeError):
+    """Some rank's activity records missed a call of a round; raised on every rank alike."""
+
+
+@dataclass
+class _Kept:
+    """The iterations kept so far: every rank's times, this rank's busy and collective times."""
+
+    by_rank: list[list[float]]
+    busy: Optional[list[float]] = field(default_factory=list)
+    collective: Optional[list[float]] = field(default_factory=list)
+    starved_dropped: int = 0
+    starved_kept: int = 0
+    gaps_included: bool = False
+    all_starved_streak: int = 0
+
+    def add(self, rows: Sequence[Sequence[float]], mine: RoundTimes, n: int) -> bool:
+        """Keep the round's iterations that no rank starved in (all of them once gaps are included);
+        True when some were dropped (the next round gets a longer head start)."""
+        starved_any = [any(row[n + i] > 0 for row in rows) for i in range(n)]
+        if all(starved_any) and not self.gaps_included:
+            self.all_starved_streak += 1
+            if self.all_starved_streak >= _ALL_STARVED_ROUNDS:
+                self.gaps_included = True
+        else:
+            self.all_starved_streak = 0
+        if self.gaps_included:
+            keep = list(range(n))
+            self.starved_kept += sum(starved_any)
+        else:
+            keep = [i for i in range(n) if not starved_any[i]]
+            self.starved_dropped += n - len(keep)
+        for r, row in enumerate(rows):
+            self.by_rank[r].extend(row[i] for i in keep)
+        self.busy = self.busy + [mine.busy_us[i] for i in keep] \
+            if self.busy is not None and mine.busy_us is not None else None
+        self.collective = self.collective + [mine.collective_us[i] for i in keep] \
+            if self.collective is not None and mine.collective_us is not None else None
+        return len(keep) < n
+
+
+def _flags(mine: RoundTimes, n: int) -> list[float]:
+    starved = mine.starved or [False] * n
+    return [1.0 if s else 0.0 for s in starved]
+
+
+def _raise_if_incomplete(rows: Sequence[Sequence[float]], n: int, mine: RoundTimes) -> None:
+    """Every rank raises the same error when some rank's round was incomplete."""
+    ranks = [r for r, row in enumerate(rows) if row[2 * n] > 0]
+    if ranks:
+        mine_said = f"; this rank: {mine.incomplete}" if mine.incomplete else ""
+        raise RoundsIncomplete(f"kernel records incomplete on rank(s) {ranks} of {len(rows)}: a span that lost "
+                               f"a kernel would read short, so no rank's times are used{mine_said}")
+
+
 def measure_ranks(fn: Callable[[], Any], clock: IterationClock, agree: Agree, settings: TimingSettings, *,
                   first_op: bool = False, pause_s: float = 0.0,
                   before_barrier: Optional[Callable[[], None]] = None) -> RankMeasurement:
@@ -317,26 +404,32 @@ def measure_ranks(fn: Callable[[], Any], clock: IterationClock, agree: Agree, se
     applied by every rank to the same per-iteration maxima, says stop. A collective call: every rank
     of the group calls it with the same settings."""
     calls, warm_s, call_s = _warmup(fn, clock, agree, settings, first_op)
-    by_rank: list[list[float]] = [[] for _ in range(agree.world)]
-    busy: Optional[list[float]] = []
-    collective: Optional[list[float]] = []
+    kept = _Kept([[] for _ in range(agree.world)])
     start = time.perf_counter()
     reason: Optional[str] = None
+    head_start = 1.0
+    rounds = 0
     while reason is None:
-        n = max(1, min(_ROUND_CALLS, settings.max_samples - len(by_rank[0])))
-        mine = clock.round(fn, n, call_s, pause_s, before_barrier)
-        busy = busy + mine.busy_us if busy is not None and mine.busy_us is not None else None
-        collective = collective + mine.collective_us \
-            if collective is not None and mine.collective_us is not None else None
-        rows = agree.gather_floats([*mine.call_us, time.perf_counter() - start])
+        n = max(1, min(_ROUND_CALLS, settings.max_samples - len(kept.by_rank[0])))
+        mine = clock.round(fn, n, call_s, pause_s, before_barrier, head_start)
+        rows = agree.gather_floats([*mine.call_us, *_flags(mine, n), 1.0 if mine.incomplete else 0.0,
+                                    time.perf_counter() - start])
+        _raise_if_incomplete(rows, n, mine)
+        rounds += 1
+        if kept.add(rows, mine, n):
+            head_start = min(_MAX_HEAD_START, head_start * 2)   # the same on every rank: the flags are shared
         elapsed0 = rows[0][-1]                 # rank 0's clock decides, the same on every rank
-        for r, row in enumerate(rows):
-            by_rank[r].extend(row[:-1])
-        reason = stop_reason(per_iteration(by_rank).max_us, elapsed0, settings)
-    return RankMeasurement(by_rank_us=by_rank, iterations=per_iteration(by_rank), warmup_calls=calls,
+        if kept.by_rank[0]:
+            reason = stop_reason(per_iteration(kept.by_rank).max_us, elapsed0, settings)
+        elif elapsed0 >= settings.timeout_s:
+            raise RoundsIncomplete(f"every iteration of {rounds} rounds was starved on some rank for "
+                                   f"{elapsed0:.0f} s: no iteration is left to time")
+    return RankMeasurement(by_rank_us=kept.by_rank, iterations=per_iteration(kept.by_rank), warmup_calls=calls,
                            warmup_s=warm_s, stop_reason=reason, method=clock.method, clock=clock.clock,
                            barrier=clock.barrier_name, window_start_s=start, pause_s=pause_s,
-                           busy_us=busy or None, collective_us=collective or None)
+                           busy_us=kept.busy or None, collective_us=kept.collective or None,
+                           starved_dropped=kept.starved_dropped, starved_kept=kept.starved_kept,
+                           host_gaps_included=kept.gaps_included)
 
 
 @dataclass

@@ -8,7 +8,13 @@ Importing this module does not import vLLM. `vllm_missing()` answers whether it 
   `custom_ops=["all"]`, so activation quantization runs vLLM's CUDA custom ops (an engine
   gets fused Triton kernels from torch.compile instead; this is the eager equivalent);
 - `init_distributed_environment` on a free loopback port + `initialize_model_parallel(1, 1)`
-  (every vLLM parameter reads the TP rank, even replicated ones);
+  (every vLLM parameter reads the TP rank, even replicated ones). That one-rank world is given up
+  when the worker joins a multi-rank group (backends/process_state.py);
+- in a rank of a multi-rank case (`VllmEnv.for_ranks`): vLLM's world and its TP group built on
+  the group the worker already joined (run/ranks/group.py), with `tensor_parallel_size` and
+  `enable_expert_parallel` set as an engine sets them, so layers shard themselves as in serving.
+  A process keeps one such state for its life (an engine's groups are built once); a worker serves
+  the cases of one split only;
 - the workspace manager every modular MoE kernel allocates from.
 
 `case_scope()` is entered once per prepared case: the config is current and the default dtype is
@@ -25,12 +31,13 @@ import socket
 import threading
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, Optional
 
 from operatorx.backends.vllm.quant_map import MAX_CAPTURE_SIZE, SELECTION_ENV, QuantConfigSpec, capture_sizes
 
-__all__ = ["vllm_missing", "vllm_version", "VllmEnv", "selection_env", "build_quant_config", "warm"]
+__all__ = ["vllm_missing", "vllm_version", "VllmEnv", "RankSetup", "selection_env", "build_quant_config", "warm"]
 
 
 @functools.lru_cache(maxsize=1)
@@ -90,13 +97,26 @@ def build_quant_config(spec: Optional[QuantConfigSpec]) -> Any:
     return cls.from_config(dict(spec.config))
 
 
+@dataclass(frozen=True)
+class RankSetup:
+    """This process's place in vLLM's parallel state for a multi-rank case (dp=1: tp = world)."""
+
+    world: int
+    rank: int
+    tp: int
+    expert_parallel: bool
+
+    def describe(self) -> str:
+        return f"tp={self.tp}" + (" with expert parallelism" if self.expert_parallel else "")
+
+
 class VllmEnv:
     """The process-wide vLLM state. Layers register into `config`; one config for all cases."""
 
     _instance: Optional[VllmEnv] = None
     _lock = threading.Lock()
 
-    def __init__(self) -> None:
+    def __init__(self, ranks: Optional[RankSetup] = None) -> None:
         import torch
         from vllm.config import CompilationConfig, VllmConfig, set_current_vllm_config
         from vllm.distributed import parallel_state as ps
@@ -116,17 +136,26 @@ class VllmEnv:
         except Exception:  # noqa: BLE001 - a validating setter: bypass it
             object.__setattr__(cfg, "model_config", stub)
         self.config = cfg
+        self.ranks = ranks
         self.layer_count = 0
+        if ranks is not None:
+            cfg.parallel_config.tensor_parallel_size = ranks.tp
+            cfg.parallel_config.enable_expert_parallel = ranks.expert_parallel
         with set_current_vllm_config(cfg):
-            if not ps.model_parallel_is_initialized():
+            if ranks is not None:          # on the group run/ranks/group.py formed (NCCL, this GPU as cuda:0)
+                ps.init_distributed_environment(world_size=ranks.world, rank=ranks.rank, local_rank=0,
+                                                distributed_init_method="env://", backend="nccl")
+                ps.initialize_model_parallel(ranks.tp, 1)
+            elif not ps.model_parallel_is_initialized():
                 if not torch.distributed.is_initialized():
                     ps.init_distributed_environment(world_size=1, rank=0, local_rank=0,
                                                     distributed_init_method=f"tcp://127.0.0.1:{_free_port()}",
                                                     backend="nccl")
                 ps.initialize_model_parallel(1, 1)
-        from vllm.v1.worker.workspace import init_workspace_manager
+        from vllm.v1.worker.workspace import init_workspace_manager, is_workspace_manager_initialized
 
-        init_workspace_manager(torch.device("cuda"))
+        if not is_workspace_manager_initialized():
+            init_workspace_manager(torch.device("cuda"))
         self.capture_sizes = list(getattr(cfg.compilation_config, "cudagraph_capture_sizes", None)
                                   or capture_sizes())
 
@@ -142,10 +171,52 @@ class VllmEnv:
 
     @classmethod
     def get(cls) -> VllmEnv:
+        """The process's state: the multi-rank one when `for_ranks` made it, else the one-rank one."""
         with cls._lock:
             if cls._instance is None:
                 cls._instance = cls()
+                from operatorx.backends.process_state import on_group_change
+
+                on_group_change(cls._leave_one_rank_world)
             return cls._instance
+
+    @classmethod
+    def for_ranks(cls, setup: RankSetup) -> VllmEnv:
+        """The state of a rank of a multi-rank case, made the first time; a worker whose state is
+        another split's raises (the scheduler sends a worker the cases of one split only)."""
+        with cls._lock:
+            have = cls._instance
+            if have is None:
+                cls._instance = have = cls(setup)
+            if have.ranks != setup:
+                raise RuntimeError(f"this worker's vLLM parallel state is "
+                                   f"{have.ranks.describe() if have.ranks else 'one rank'}; the case needs "
+                                   f"{setup.describe()} (vLLM builds its groups once per process)")
+            return have
+
+    @classmethod
+    def _leave_one_rank_world(cls) -> None:
+        """Destroy the one-rank world (vLLM's groups and torch's default group) before a rank group forms."""
+        with cls._lock:
+            if cls._instance is None or cls._instance.ranks is not None:
+                return
+            from vllm.distributed import parallel_state as ps
+
+            ps.destroy_model_parallel()
+            ps.destroy_distributed_environment()
+            cls._instance = None
+
+    def tp_all_reduce(self) -> dict[str, Optional[str]]:
+        """Which of vLLM's all-reduce implementations its TP group holds (custom, pynccl, symmetric
+        memory, ...): the one an engine's layers would use at this world size."""
+        from vllm.distributed import parallel_state as ps
+
+        comm = getattr(ps.get_tp_group(), "device_communicator", None)
+        out: dict[str, Optional[str]] = {"communicator": type(comm).__name__ if comm is not None else None}
+        for attr in ("ca_comm", "pynccl_comm", "symm_mem_comm", "fi_ar_comm"):
+            held = getattr(comm, attr, None)
+            out[attr] = type(held).__name__ if held is not None else None
+        return out
 
     def unique_prefix(self, kind: str) -> str:
         """A layer name never used before in this process (FusedMoE refuses duplicates)."""

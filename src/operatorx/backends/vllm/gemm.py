@@ -9,9 +9,10 @@ input, so vLLM quantizes the activation, picks and runs its kernel as in serving
 from __future__ import annotations
 
 from contextlib import ExitStack
-from typing import Any
+from typing import Any, Optional
 
 from operatorx.backends.base import Check, Prepared
+from operatorx.backends.ranked import RankComm, RankPrepared
 from operatorx.backends.vllm import quant_map
 from operatorx.backends.vllm.common import VllmBackendBase
 from operatorx.spec import Case, GemmArgs
@@ -37,6 +38,28 @@ class VllmGemm(VllmBackendBase):
         built, stack = self.build_in_stack(lambda stack: build_linear(case, args, plan, stack))
         return _prepared(args, plan, built, stack)
 
+    def supports_ranks(self, case: Case, device: str, world: int) -> Optional[str]:
+        """The single-device refusals, then the split's (backends/vllm/ranks.py)."""
+        from operatorx.backends.vllm.ranks import gemm_rank_refusal
+
+        return self.supports(case, device) or gemm_rank_refusal(case, world)
+
+    def prepare_ranks(self, case: Case, device: str, comm: RankComm) -> RankPrepared:
+        """This rank's ColumnParallelLinear / RowParallelLinear / ReplicatedLinear of the case."""
+        from operatorx.backends.vllm.env import VllmEnv
+        from operatorx.backends.vllm.gemm_build import LinearSplit, build_linear
+        from operatorx.backends.vllm.ranks import gemm_collectives, linear_split, rank_setup, ranked
+
+        args = case.args
+        assert isinstance(args, GemmArgs)
+        plan = self.plan_or_refuse(case)
+        kind, rule = linear_split(case)
+        VllmEnv.for_ranks(rank_setup(case, comm))
+        split = LinearSplit(kind, comm.rank, comm.world)
+        built, stack = self.build_in_stack(lambda stack: build_linear(case, args, plan, stack, split))
+        built.metadata["rank_layer"]["rule"] = rule
+        return ranked(_prepared(args, plan, built, stack), case, comm, gemm_collectives(kind, comm.world))
+
 
 def _prepared(args: GemmArgs, plan: quant_map.Plan, built: Any, stack: ExitStack) -> Prepared:
     from operatorx.backends.vllm.reference import ACT_FLAVORS, act_quant_dequant, best_flavor
@@ -50,11 +73,20 @@ def _prepared(args: GemmArgs, plan: quant_map.Plan, built: Any, stack: ExitStack
         b = state["built"]
         rows = min(args.m, CHECK_ROWS)
         out = fn()[:rows].float()
-        x = b.x[:rows]
+        x = (b.ref_x if b.ref_x is not None else b.x)[:rows]
         w = b.weight.dequant()
 
+        def activation(flavor: str) -> Any:
+            """The input as the kernels see it: each rank quantizes its own K slice (row-parallel)."""
+            if b.k_parts == 1:
+                return act_quant_dequant(x, plan.scheme, flavor, b.input_scale)
+            import torch
+
+            return torch.cat([act_quant_dequant(part.contiguous(), plan.scheme, flavor, b.input_scale)
+                              for part in x.chunk(b.k_parts, dim=1)], dim=1)
+
         def reference(flavor: str) -> Any:
-            ref = act_quant_dequant(x, plan.scheme, flavor, b.input_scale) @ w.T
+            ref = activation(flavor) @ w.T
             if b.bias is not None:
                 ref = ref + b.bias.float()
             return ref
@@ -65,7 +97,8 @@ def _prepared(args: GemmArgs, plan: quant_map.Plan, built: Any, stack: ExitStack
         quant = "" if plan.scheme == "bf16" else f", activation quantized as vLLM does ({flavor} scales; " \
             f"tried {list(ACT_FLAVORS[plan.scheme])})"
         graph = " (output of the CUDA-graph replay)" if b.graph is not None else ""
-        return Check(err, bound, rows, f"fp32 matmul of the dequantized checkpoint weight{quant}{graph}")
+        ranks = f", against the output combined over {b.k_parts} ranks" if b.k_parts > 1 else ""
+        return Check(err, bound, rows, f"fp32 matmul of the dequantized checkpoint weight{quant}{graph}{ranks}")
 
     def release() -> None:
         state.clear()

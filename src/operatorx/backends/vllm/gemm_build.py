@@ -1,4 +1,10 @@
-"""Build one vLLM `ReplicatedLinear` for a gemm case (imports vLLM; called from gemm.py)."""
+"""Build one vLLM linear layer for a gemm case (imports vLLM; called from gemm.py and gemm_ranks.py).
+
+One device: `ReplicatedLinear`. A rank of a multi-rank case: the layer the role's split names, as
+vLLM's model code builds it under TP (`ColumnParallelLinear`, `RowParallelLinear` with
+`input_is_parallel` and `reduce_results`; `ReplicatedLinear` for replicated roles); the whole
+checkpoint tensors go through each parameter's own `weight_loader`, which keeps this rank's shard,
+as vLLM's checkpoint loader does."""
 
 from __future__ import annotations
 
@@ -12,7 +18,7 @@ from operatorx.backends.base import Unsupported
 from operatorx.backends.torch.memory import require_memory
 from operatorx.backends.vllm.common import built_metadata, kernel_of_linear, vllm_refusals
 from operatorx.backends.vllm.env import VllmEnv, build_quant_config
-from operatorx.backends.vllm.graphs import CapturedCall, GraphOrEager, capture, eager_kernel_names, graph_size
+from operatorx.backends.vllm.graphs import CapturedCall, GraphOrEager, capture_for, eager_kernel_names, graph_size
 from operatorx.backends.vllm.quant_map import Plan
 from operatorx.backends.vllm.weights import (
     QuantMatrix,
@@ -24,7 +30,23 @@ from operatorx.backends.vllm.weights import (
 )
 from operatorx.spec import Case, GemmArgs
 
-__all__ = ["BuiltLinear", "build_linear"]
+__all__ = ["BuiltLinear", "LinearSplit", "build_linear"]
+
+
+@dataclass(frozen=True)
+class LinearSplit:
+    """How this rank's layer splits the GEMM: `column` (N), `row` (K) or `replicated`, over `world` ranks."""
+
+    kind: str
+    rank: int
+    world: int
+
+    def k_range(self, k: int) -> tuple[int, int]:
+        """The input columns this rank holds (row-parallel), else all of them."""
+        if self.kind != "row":
+            return 0, k
+        part = k // self.world
+        return self.rank * part, (self.rank + 1) * part
 
 
 @dataclass
@@ -36,6 +58,10 @@ class BuiltLinear(GraphOrEager):
     input_scale: Optional[torch.Tensor]
     graph: Optional[CapturedCall] = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    ref_x: Optional[torch.Tensor] = None
+    """The whole layer's input when this rank's `x` is its K slice (row-parallel); else None."""
+    k_parts: int = 1
+    """The K slices the ranks quantize their activations in apart (row-parallel: the world)."""
 
     def eager(self) -> torch.Tensor:
         return self.layer(self.x)
@@ -46,18 +72,60 @@ def _device_bytes(args: GemmArgs) -> int:
     return m * k * 2 + n * k * (1 + 2 + 4) + m * n * 2 * 3 + min(m, 256) * (n + k) * 4 + (1 << 28)
 
 
-def build_linear(case: Case, args: GemmArgs, plan: Plan, stack: ExitStack) -> BuiltLinear:
+_LAYER_CLASS = {"column": "ColumnParallelLinear", "row": "RowParallelLinear", "replicated": "ReplicatedLinear"}
+
+
+def _make_layer(args: GemmArgs, quant_config: Any, prefix: str, split: Optional[LinearSplit]) -> Any:
+    from vllm.model_executor.layers import linear
+
+    kind = split.kind if split is not None else "replicated"
+    common = {"bias": bool(args.bias), "quant_config": quant_config, "prefix": prefix, "return_bias": False}
+    if kind == "column":        # gathered, as the torch backend's tp GEMM: one [M, N] output to check
+        return linear.ColumnParallelLinear(args.k, args.n, gather_output=True, **common)
+    if kind == "row":
+        return linear.RowParallelLinear(args.k, args.n, input_is_parallel=True, reduce_results=True, **common)
+    return linear.ReplicatedLinear(args.k, args.n, disable_tp=split is None, **common)
+
+
+def _load_with_loaders(layer: Any, tensors: dict[str, torch.Tensor], what: str) -> None:
+    """Each whole checkpoint tensor through its parameter's `weight_loader` (which keeps this rank's shard)."""
+    params = dict(layer.named_parameters(recurse=False))
+    missing = sorted(set(params) - set(tensors))
+    extra = sorted(set(tensors) - set(params))
+    if missing or extra:
+        raise RuntimeError(f"{what}: checkpoint tensors {extra or '-'} have no parameter, parameters {missing or '-'} "
+                           "got no tensor")
+    for name, t in tensors.items():
+        p = params[name]
+        loader = getattr(p, "weight_loader", None)
+        if loader is None:
+            raise RuntimeError(f"{what}.{name}: the parameter has no weight_loader")
+        loader(p, _same_ndim(t, p))
+
+
+def _same_ndim(t: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """A scale stored with fewer or more trailing unit dims than vLLM registered ([N] for [N, 1]):
+    reshaped so the loader can cut it along the parameter's own dims."""
+    if t.dim() < p.dim() and all(d == 1 for d in p.shape[t.dim():]):
+        return t.reshape(tuple(t.shape) + (1,) * (p.dim() - t.dim()))
+    if t.dim() > p.dim() and all(d == 1 for d in t.shape[p.dim():]):
+        return t.reshape(tuple(t.shape[:p.dim()]))
+    return t
+
+
+def build_linear(case: Case, args: GemmArgs, plan: Plan, stack: ExitStack,
+                 split: Optional[LinearSplit] = None) -> BuiltLinear:
+    """The case's layer; `split` for a rank of a multi-rank case (None: one device)."""
     require_memory(_device_bytes(args), "cuda")
     env = VllmEnv.get()
     stack.enter_context(env.case_scope())
-    from vllm.model_executor.layers.linear import ReplicatedLinear
+    cls = _LAYER_CLASS[split.kind if split is not None else "replicated"]
 
     with vllm_refusals(f"the quant config {plan.quant.cls if plan.quant else None}", construction=True):
         quant_config = build_quant_config(plan.quant)
     prefix = env.unique_prefix("linear")
-    with vllm_refusals("to build ReplicatedLinear", construction=True), torch.device("cuda"):
-        layer = ReplicatedLinear(args.k, args.n, bias=bool(args.bias), quant_config=quant_config, prefix=prefix,
-                                 return_bias=False, disable_tp=True)
+    with vllm_refusals(f"to build {cls}", construction=True), torch.device("cuda"):
+        layer = _make_layer(args, quant_config, prefix, split)
     selected = kernel_of_linear(layer)
     if plan.quantized and selected["quant_method"] == "UnquantizedLinearMethod":
         raise Unsupported(f"vLLM built the layer unquantized under {plan.quant.cls if plan.quant else '-'} "
@@ -79,29 +147,42 @@ def build_linear(case: Case, args: GemmArgs, plan: Plan, stack: ExitStack) -> Bu
         bias = torch.randn(args.n, generator=gen, device="cuda", dtype=torch.bfloat16)
         tensors["bias"] = bias
     before = param_summary(layer)
-    load_params(layer, tensors, "ReplicatedLinear")
+    if split is None:
+        load_params(layer, tensors, cls)
+    else:
+        with vllm_refusals(f"to load {cls}'s shard", construction=True):
+            _load_with_loaders(layer, tensors, cls)
     with vllm_refusals("process_weights_after_loading", construction=True):
         layer.quant_method.process_weights_after_loading(layer)
     after = param_summary(layer)
     selected = kernel_of_linear(layer)            # some methods pick or swap the kernel at PWAL
 
     built = BuiltLinear(layer, x, weight, bias, input_scale)
+    if split is not None and split.kind == "row":
+        lo, hi = split.k_range(args.k)
+        built.ref_x, built.x, built.k_parts = x, x[:, lo:hi].contiguous(), split.world
     with vllm_refusals(f"the forward ({selected['kernel']})", construction=False):
         built.eager()
         torch.cuda.synchronize()
     size = graph_size(args.m, env.capture_sizes)
     if size is not None:
-        built.graph = capture(built.eager)
-    built.metadata = _metadata(args, plan, selected, before, after, size, env)
+        built.graph = capture_for(built.eager, split.world if split is not None else 1)
+    built.metadata = _metadata(args, plan, selected, before, after, size, env, cls)
+    if split is not None:
+        lo, hi = split.k_range(args.k)
+        built.metadata["rank_layer"] = {"class": f"vllm.model_executor.layers.linear.{cls}", "split": split.kind,
+                                        "rank": split.rank, "world": split.world,
+                                        "gather_output": split.kind == "column",
+                                        "input_k": [lo, hi], "tp_all_reduce": env.tp_all_reduce()}
     if built.graph is not None:
         built.metadata["eager_kernels"] = eager_kernel_names(built.eager)
     return built
 
 
 def _metadata(args: GemmArgs, plan: Plan, selected: dict[str, Any], before: dict[str, str],
-              after: dict[str, str], size: Optional[int], env: VllmEnv) -> dict[str, Any]:
+              after: dict[str, str], size: Optional[int], env: VllmEnv, cls: str) -> dict[str, Any]:
     meta: dict[str, Any] = {
-        **built_metadata("vllm.model_executor.layers.linear.ReplicatedLinear", plan, before, after, size, env),
+        **built_metadata(f"vllm.model_executor.layers.linear.{cls}", plan, before, after, size, env),
         **selected,
         "synthetic_weights": "random N(0, 1/K), quantized to the checkpoint format",
     }

@@ -16,7 +16,7 @@ import torch
 
 from operatorx.measure.side_stream import side_stream
 
-__all__ = ["GraphOrEager", "graph_size", "CapturedCall", "capture", "eager_kernel_names"]
+__all__ = ["GraphOrEager", "graph_size", "CapturedCall", "capture", "capture_for", "eager_kernel_names"]
 
 
 def graph_size(tokens: int, sizes: list[int]) -> Optional[int]:
@@ -63,6 +63,17 @@ def capture(fn: Callable[[], Any], warmup: int = 2) -> CapturedCall:
         out = fn()
     torch.cuda.synchronize()
     return CapturedCall(graph, out)
+
+
+def capture_for(fn: Callable[[], Any], world: int) -> CapturedCall:
+    """The graph of one call; over several ranks inside vLLM's `graph_capture`, which readies its
+    custom all-reduce's buffers for replay as an engine's capture does."""
+    if world == 1:
+        return capture(fn)
+    from vllm.distributed.parallel_state import graph_capture
+
+    with graph_capture(torch.device("cuda")):
+        return capture(fn)
 
 
 def eager_kernel_names(fn: Callable[[], Any]) -> list[str]:

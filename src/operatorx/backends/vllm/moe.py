@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import gc
 from contextlib import ExitStack
-from typing import Any
+from typing import Any, Optional
 
 from operatorx.backends.base import Check, Prepared
+from operatorx.backends.ranked import RankComm, RankPrepared
 from operatorx.backends.torch.memory import require_memory
 from operatorx.backends.vllm import quant_map
 from operatorx.backends.vllm.common import VllmBackendBase
@@ -55,6 +56,26 @@ class VllmMoe(VllmBackendBase):
 
         built, stack = self.build_in_stack(lambda stack: build_moe(case, args, plan, stack))
         return _prepared(args, plan, built, stack)
+
+    def supports_ranks(self, case: Case, device: str, world: int) -> Optional[str]:
+        """The single-device refusals, then the split's (backends/vllm/ranks.py)."""
+        from operatorx.backends.vllm.ranks import moe_rank_refusal
+
+        why = self.supports(case, device)
+        if why is not None:
+            return why
+        assert isinstance(case.args, MoeArgs)
+        plan = self.plan_of(case.args)
+        return moe_rank_refusal(case, None if isinstance(plan, str) else plan.scheme, world)
+
+    def prepare_ranks(self, case: Case, device: str, comm: RankComm) -> RankPrepared:
+        """This rank's FusedMoE block under tp or ep over the tp ranks (vLLM shards it)."""
+        from operatorx.backends.vllm.ranks import moe_collectives, rank_setup, ranked
+
+        setup = rank_setup(case, comm)
+        VllmEnv.for_ranks(setup)
+        prepared = self.prepare(case, device)
+        return ranked(prepared, case, comm, moe_collectives(comm.world))
 
 
 def _prepared(args: MoeArgs, plan: quant_map.Plan, built: Any, stack: ExitStack) -> Prepared:

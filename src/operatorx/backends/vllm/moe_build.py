@@ -37,6 +37,7 @@ from torch import nn
 
 from operatorx.backends.vllm.common import vllm_refusals
 from operatorx.backends.vllm.quant_map import GateWiring, MoeAct, gate_wiring, moe_activation
+from operatorx.backends.vllm.shards import shard_tensors
 from operatorx.backends.vllm.weights import QuantMatrix, load_params, quantize_matrix, scale_name
 from operatorx.spec.moe import GroupedTopK, HashSelect, MoeArgs
 
@@ -291,8 +292,11 @@ def shared_tensors(args: MoeArgs, scheme: str, gen: torch.Generator, scale_dtype
 
 
 def load_block(block: MoeBlock, args: MoeArgs, scheme: str, gen: torch.Generator,
-               scale_dtype: str = "fp32", shared_scheme: Optional[str] = None) -> dict[str, Any]:
-    """Load every weight of the block in checkpoint format; returns what the reference needs.
+               scale_dtype: str = "fp32", shared_scheme: Optional[str] = None,
+               rank: Optional[int] = None) -> dict[str, Any]:
+    """Load every weight of the block in checkpoint format; returns what the reference needs (the
+    whole layer's weights). `rank`: a rank of a multi-rank case, whose layer holds its shard only
+    (backends/vllm/shards.py); every rank makes the whole layer's tensors from the same seed.
 
     An fp32 gate (GLM-4.5, MiniMax-M2) gets fp32 weights, as those checkpoints store it."""
     e, h = args.experts, args.hidden
@@ -317,8 +321,10 @@ def load_block(block: MoeBlock, args: MoeArgs, scheme: str, gen: torch.Generator
         expert_bias = (0.1 * torch.randn(e.num, 2 * e.inter, generator=gen, device="cuda", dtype=torch.bfloat16),
                        0.1 * torch.randn(e.num, h, generator=gen, device="cuda", dtype=torch.bfloat16))
         tensors["w13_bias"], tensors["w2_bias"] = expert_bias
-    tensors = pad_to_params(tensors, dict(re.named_parameters(recurse=False)),
-                            interleaved_w13=bool(args.activation.interleaved))
+    params = dict(re.named_parameters(recurse=False))
+    if rank is not None:                    # this rank's experts / intermediate slice of the whole layer
+        tensors = shard_tensors(tensors, {k: tuple(p.shape) for k, p in params.items()}, rank)
+    tensors = pad_to_params(tensors, params, interleaved_w13=bool(args.activation.interleaved))
     if bias is not None and "e_score_correction_bias" in dict(re.named_parameters(recurse=False)):
         # vLLM 0.26's routed experts register the gate's correction bias as their own parameter too
         tensors["e_score_correction_bias"] = bias
@@ -328,8 +334,12 @@ def load_block(block: MoeBlock, args: MoeArgs, scheme: str, gen: torch.Generator
                            "expert_bias": expert_bias}
     if block.shared is not None:
         sh, (q1, q2, sgate) = shared_tensors(args, shared_scheme or scheme, gen, scale_dtype)
-        load_params(block.shared.gate_up_proj, sh["gate_up_proj"], "shared.gate_up_proj")
-        load_params(block.shared.down_proj, sh["down_proj"], "shared.down_proj")
+        gate_up, down = sh["gate_up_proj"], sh["down_proj"]
+        if rank is not None:                # merged gate/up rows halve by halve; down's columns
+            gate_up = shard_tensors(gate_up, _shapes(block.shared.gate_up_proj), rank, lambda name: 0)
+            down = shard_tensors(down, _shapes(block.shared.down_proj), rank, lambda name: None)
+        load_params(block.shared.gate_up_proj, gate_up, "shared.gate_up_proj")
+        load_params(block.shared.down_proj, down, "shared.down_proj")
         if sgate is not None:
             assert block.shared.expert_gate is not None
             load_params(block.shared.expert_gate, {"weight": sgate}, "shared_expert_gate")
@@ -365,6 +375,10 @@ def int4_marlin_tensors(per_expert: list[tuple[QuantMatrix, QuantMatrix]], hidde
         "w13_weight_g_idx": groups(hidden), "w2_weight_g_idx": groups(inter),
         "w13_g_idx_sort_indices": along(hidden), "w2_g_idx_sort_indices": along(inter),
     }
+
+
+def _shapes(module: nn.Module) -> dict[str, tuple[int, ...]]:
+    return {k: tuple(p.shape) for k, p in module.named_parameters(recurse=False)}
 
 
 def pad_to_params(tensors: dict[str, torch.Tensor], params: dict[str, nn.Parameter],

@@ -12,7 +12,7 @@ from torch import nn
 from operatorx.backends.base import Unsupported
 from operatorx.backends.vllm.common import built_metadata, class_name, kernel_of_linear, vllm_refusals
 from operatorx.backends.vllm.env import VllmEnv, build_quant_config
-from operatorx.backends.vllm.graphs import CapturedCall, GraphOrEager, capture, eager_kernel_names, graph_size
+from operatorx.backends.vllm.graphs import CapturedCall, GraphOrEager, capture_for, eager_kernel_names, graph_size
 from operatorx.backends.vllm.moe_build import MoeBlock, RouterHook, build_block, load_block, process_after_loading
 from operatorx.backends.vllm.quant_map import Plan
 from operatorx.backends.vllm.weights import param_summary
@@ -121,7 +121,8 @@ def build_moe(case: Case, args: MoeArgs, plan: Plan, stack: ExitStack) -> BuiltM
 
     gen = torch.Generator(device="cuda").manual_seed(case.seed())
     before = {"routed_experts": param_summary(re)}
-    built.ref = load_block(block, args, plan.scheme, gen, plan.weight_scale_dtype, plan.shared_scheme)
+    built.ref = load_block(block, args, plan.scheme, gen, plan.weight_scale_dtype, plan.shared_scheme,
+                           rank=env.ranks.rank if env.ranks is not None else None)
     with vllm_refusals("process_weights_after_loading", construction=True):
         process_after_loading(block)
     after = {"routed_experts": param_summary(re)}
@@ -149,7 +150,7 @@ def build_moe(case: Case, args: MoeArgs, plan: Plan, stack: ExitStack) -> BuiltM
     size = graph_size(args.tokens, env.capture_sizes)
     if size is not None:
         with vllm_refusals("CUDA-graph capture of the MoE block", construction=False):
-            built.graph = capture(built.eager)
+            built.graph = capture_for(built.eager, env.ranks.world if env.ranks is not None else 1)
     built.metadata = _metadata(args, plan, block, wiring, before, after, seen, forced is not None, size, env)
     if built.graph is not None:
         built.metadata["eager_kernels"] = eager_kernel_names(built.eager)
@@ -218,4 +219,20 @@ def _metadata(args: MoeArgs, plan: Plan, block: MoeBlock, wiring: dict[str, Any]
         meta["graph_note"] = f"vLLM would pad {args.tokens} tokens to its captured size {size}; timed at {args.tokens}"
     if plan.notes:
         meta["notes"] = list(plan.notes)
+    if env.ranks is not None:
+        meta["rank_layer"] = _rank_facts(runner, env)
     return meta
+
+
+def _rank_facts(runner: Any, env: VllmEnv) -> dict[str, Any]:
+    """How vLLM split the layer over the ranks: its own MoE parallel config, as it chose it."""
+    pc = getattr(getattr(runner, "moe_config", None), "moe_parallel_config", None)
+    facts: dict[str, Any] = {"rank": env.ranks.rank if env.ranks else None,
+                             "world": env.ranks.world if env.ranks else None,
+                             "tp_all_reduce": env.tp_all_reduce()}
+    for name in ("tp_size", "ep_size", "dp_size", "ep_rank", "use_ep", "all2all_backend"):
+        facts[name] = getattr(pc, name, None)
+    facts["all2all_kernels_used"] = getattr(pc, "use_all2all_kernels", None)
+    re = getattr(runner, "routed_experts", None)
+    facts["local_experts"] = getattr(re, "local_num_experts", None)
+    return facts

@@ -32,6 +32,9 @@ class RankGroup:
         import torch
         import torch.distributed as dist
 
+        from operatorx.backends.process_state import release_for_group
+
+        release_for_group()                 # a backend's one-rank world (vLLM's) goes first
         self.assignment = assignment
         self.rank, self.world = assignment.rank, assignment.world
         self.device_kind = device_kind

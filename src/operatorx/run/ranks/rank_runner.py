@@ -101,11 +101,18 @@ def _agree(group: RankGroup, status: str, message: Optional[str] = None, kind: O
             raise _Stop(s, f"rank {r} of {group.world}: {m}", k)
 
 
+GRAPH_REFUSAL = ("--timing graph is not built for multi-rank cases: each timed iteration waits in a device "
+                 "barrier between calls, which a replay of captured calls would leave out; time them with "
+                 "--timing kernels (the default) or events")
+
+
 def _refusal(case: Case, backend: Any, name: str, device: str, cpu_max_gflop: float, cpu_max_gb: float,
-             world: int) -> Optional[str]:
+             world: int, timing_mode: str = "kernels") -> Optional[str]:
     why = case_refusal(case, ranks=world)
     if why is not None:
         return why
+    if timing_mode == "graph" and device == "cuda":
+        return GRAPH_REFUSAL
     if backend is None:
         return f"backend {name!r} has no {case.type} op"
     if not isinstance(backend, RankedBackend):
@@ -176,7 +183,7 @@ class _RankCase:
         config, case = self.runner.config, self.case
         backend = get_backend(config.backend, case.type)
         why = _refusal(case, backend, config.backend, self.device, config.cpu_max_gflop, config.cpu_max_gb,
-                       self.a.world)
+                       self.a.world, config.timing.mode)
         _agree(group, "unsupported" if why else "ok", why)
         assert isinstance(backend, RankedBackend)
         t0 = time.perf_counter()
@@ -263,7 +270,9 @@ class _RankCase:
             capped=bool(done.capped_ranks))
         self.parts["ranks"] = Ranks(
             world=a.world, split=a.split, latency_us_min=m.latency_us_min, skew_us=m.skew_us,
-            iterations=len(m.iterations.max_us), capped_ranks=done.capped_ranks, barrier=m.barrier,
+            iterations=len(m.iterations.max_us), starved_iterations_dropped=m.starved_dropped,
+            host_gaps_included=m.host_gaps_included, starved_iterations_kept=m.starved_kept,
+            capped_ranks=done.capped_ranks, barrier=m.barrier,
             kernel_times=_kernel_times(kind, m), collectives=prepared.collectives,
             per_rank=[RankLine(rank=line["rank"], gpu=line["gpu"], worker=line["worker"],
                                latency_us=line["latency_us"], samples_us=m.by_rank_us[line["rank"]],
