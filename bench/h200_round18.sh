@@ -11,6 +11,14 @@ export PYTHONUNBUFFERED=1
 case "${1:-carry}" in
   carry)
     ls .device-kit ;;
+  smoke)
+    . bench/device_kit.sh
+    tail -2 "$OUT/install.txt"
+    echo "== W=1 vllm, one round"
+    timeout 250 python3 bench/rank_w1.py --device cuda --backend vllm --rounds 1 --out "$OUT/smoke_vllm.json" \
+      > "$OUT/smoke_vllm.txt" 2>&1; echo "rc $?"; grep -v "Warning\|INFO\|warn" "$OUT/smoke_vllm.txt" | tail -25
+    echo "== W=1 torch, one round"
+    timeout 120 python3 bench/rank_w1.py --device cuda --rounds 1 2>&1 | tail -5 ;;
   torch)
     . bench/device_kit.sh
     tail -3 "$OUT/install.txt"
