@@ -256,8 +256,9 @@ def test_a_full_gang_whose_member_ends_before_sitting_down_lets_the_others_go():
 
     clock = Clock()
     gone, seated = TimedSlot("cpu0", clock), TimedSlot("cpu1", clock)
+    spare = TimedSlot("cpu2", clock)                      # two slots still live: the case can gather again
     tasks = _tasks([_split(2, 2)], singles=0)
-    scheduler = Scheduler([gone, seated], tasks, deadline_s=30, grace_s=1, events=Events(),
+    scheduler = Scheduler([gone, seated, spare], tasks, deadline_s=30, grace_s=1, events=Events(),
                           gangs=FakeGangs(clock))  # type: ignore[arg-type]
     task = scheduler._pending.popleft()
     scheduler._in_flight += 1
@@ -300,3 +301,90 @@ def test_a_stop_while_a_gang_runs_leaves_its_case_missing_and_dissolves_the_gang
     assert [f.task.index for f in events.finished] == [2]
     assert {t.index for t in scheduler.unrun} == {1, 3}
     assert gangs.dissolved == [("cpu0", "cpu1")] or gangs.dissolved == [("cpu1", "cpu0")]
+
+
+def _formed_on_a_with_a1(slots: list[HostSlot], ended: set[str], singles: int) -> tuple[Scheduler, Events, FakeGangs]:
+    """A scheduler whose 2-rank case (index 0) is gathering a gang on host a with a1 seated in it;
+    the slots named in `ended` end at once (their worker lost: they never join a gang)."""
+    from operatorx.run.scheduler import _Gang
+
+    clock = Clock()
+    gangs = FakeGangs(clock)
+    events = Events()
+    scheduler = Scheduler(slots, _tasks([_split(2, 2)], singles=singles), deadline_s=30, grace_s=1, events=events,
+                          gangs=gangs)  # type: ignore[arg-type]
+    task = scheduler._pending.popleft()
+    assert task.index == 0 and task.world == 2
+    scheduler._in_flight += 1
+    a1 = next(s for s in slots if s.name == "a1")
+    gang = _Gang(task, host="a", members=[a1])
+    scheduler._forming, scheduler._member_of = gang, {"a1": gang}
+    serve = scheduler._serve_slot
+    scheduler._serve_slot = lambda slot: None if slot.name in ended else serve(slot)  # type: ignore[method-assign]
+    return scheduler, events, gangs
+
+
+def _run_within(scheduler: Scheduler, seconds: float) -> None:
+    runner = threading.Thread(target=scheduler.run)
+    runner.start()
+    runner.join(seconds)
+    assert not runner.is_alive(), "the run did not end"
+
+
+def test_a_gang_that_cannot_fill_on_its_host_runs_on_another_host_that_still_can():
+    """Host a loses a worker while a 2-rank case gathers there; host b has two idle workers: the case
+    waits again and runs on b's two slots, not ended as too few workers."""
+    clock = Clock()
+    slots = [HostSlot("a0", clock, host="a"), HostSlot("a1", clock, host="a"),
+             HostSlot("b0", clock, host="b"), HostSlot("b1", clock, host="b")]
+    scheduler, events, gangs = _formed_on_a_with_a1(slots, ended={"a0"}, singles=2)
+    _run_within(scheduler, 20)
+    by_index = {f.task.index: f for f in events.finished}
+    assert sorted(f.task.index for f in events.finished) == [0, 1, 2]       # every case once
+    assert by_index[0].outcome.row == {"status": "ok"} and by_index[0].outcome.failure is None
+    ((index, members),) = gangs.ran
+    assert index == 0 and sorted(members) == ["b0", "b1"]
+    assert not [f for f in events.finished if "worker(s)" in f.outcome.detail]
+    assert all(by_index[i].outcome.row == {"status": "ok"} for i in (1, 2))
+
+
+def test_a_gang_no_host_can_fill_any_more_ends_once_with_the_count():
+    """Host a loses a worker while the case gathers there, and host b loses one too: no host has two
+    live slots, so the case ends as one failure row with the count (it may wait again for b first,
+    while b still had two), the single-rank cases all run, and the run ends."""
+    clock = Clock()
+    slots = [HostSlot("a0", clock, host="a"), HostSlot("a1", clock, host="a"),
+             HostSlot("b0", clock, host="b"), HostSlot("b1", clock, host="b")]
+    scheduler, events, gangs = _formed_on_a_with_a1(slots, ended={"a0", "b1"}, singles=3)
+    _run_within(scheduler, 20)
+    rows = [f for f in events.finished if f.task.index == 0]
+    assert len(rows) == 1
+    assert rows[0].outcome.failure == "crashed"
+    assert rows[0].outcome.detail == "of a 2-rank case: only 1 worker(s) on one host could start"
+    assert not gangs.ran and not scheduler.unrun
+    assert sorted(f.task.index for f in events.finished) == [0, 1, 2, 3]
+    assert all(f.outcome.row == {"status": "ok"} for f in events.finished if f.task.index != 0)
+
+
+def test_a_case_put_back_waits_again_only_while_a_host_can_hold_it():
+    """The rule of `_wait_again`, on one host: a case handed back while two slots live is first in line
+    again; once only one lives it ends at once with the count; while stopping it stays missing."""
+    clock = Clock()
+    for live, stopping, waits in ((2, False, True), (1, False, False), (1, True, True)):
+        scheduler = Scheduler([TimedSlot(f"cpu{i}", clock) for i in range(3)], _tasks([_split(2, 2)], singles=0),
+                              deadline_s=30, grace_s=1, events=Events(), gangs=FakeGangs(clock))  # type: ignore[arg-type]
+        task = scheduler._pending.popleft()
+        scheduler._in_flight += 1
+        scheduler._live_at[""] = live
+        if stopping:
+            scheduler.stop.set()
+        with scheduler._lock:
+            scheduler._wait_again(task)
+        queued = [scheduler._events.get_nowait() for _ in range(scheduler._events.qsize())]
+        if waits:
+            assert [t.index for t in scheduler.unrun] == [0] and scheduler._in_flight == 0 and not queued
+        else:
+            assert not scheduler.unrun and scheduler._in_flight == 1        # its finished event ends it
+            ((event,),) = [queued]
+            assert event.kind == "finished" and event.outcome is not None
+            assert event.outcome.detail == "of a 2-rank case: only 1 worker(s) could start"

@@ -180,12 +180,16 @@ class RaySlot:
 
     def release(self) -> None:
         """End the slot's actor for good, so its resources are free (for a gang's placement group, or
-        back from one); the next `ensure_worker` makes the slot's own actor again."""
+        back from one); the next `ensure_worker` makes the slot's own actor again (`on_node`). Never
+        raises: a rank's actor that died (never restarted) must not keep the slot from its own."""
         import ray
 
-        if self.actor is not None:
-            ray.kill(self.actor, no_restart=True)
-        self.actor, self.worker = None, None
+        actor, self.actor, self.worker = self.actor, None, None
+        if actor is not None:
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:  # noqa: BLE001 - an actor already gone holds nothing
+                pass
 
     def take_seat(self, group: Any, bundle: int) -> None:
         """Make the slot's actor a rank's, in bundle `bundle` of a gang's placement group (after `release`)."""

@@ -152,8 +152,13 @@ class Scheduler:
         """Full gangs of each split, running or about to."""
         self._live_at: dict[str, int] = {}
         """Live slots on each host (`host_of`): a gang gathers on one host."""
+        self._room_at: dict[str, int] = {}
+        """How many slots each host holds at once, where its slots say (`host_room`: a Ray node's GPUs or CPUs)."""
         for slot in self.slots:
             self._live_at[host_of(slot)] = self._live_at.get(host_of(slot), 0) + 1
+            room = getattr(slot, "host_room", None)
+            if room is not None:
+                self._room_at[host_of(slot)] = int(room)
         self._pending: deque[Task] = deque(tasks)
         self._lock = threading.Condition()
         self._in_flight = 0
@@ -203,7 +208,7 @@ class Scheduler:
                             self._active[gang.task.split] = self._active.get(gang.task.split, 0) + 1
                         self._lock.notify_all()
                         continue
-                if gang is not None and gang.task.world > self._live_at.get(gang.host, 0):
+                if gang is not None and gang.task.world > self._usable(gang.host):
                     self._abandon(gang)
                     continue
                 single = self._pop(multi=False)
@@ -225,30 +230,46 @@ class Scheduler:
         held = sum(len(g.members) for g in set(self._member_of.values()) if g.full and not g.done and g.host == host)
         for i, task in enumerate(self._pending):
             if task.world > 1 and self.gangs is not None and waiting[task.split] > self._active.get(task.split, 0) \
-                    and self._live_at.get(host, 0) - held >= task.world:
+                    and self._usable(host) - held >= task.world:
                 del self._pending[i]
                 self._in_flight += 1
                 return task
         return None
 
     def _leave(self, gang: _Gang, slot: SlotLike) -> None:
-        """A stopping slot leaves a gang that is not full; the last to leave gives its case back (under the lock)."""
+        """A slot that stops or ended leaves a gang that is not full; the last to leave hands its case
+        on (`_wait_again`) (under the lock)."""
         gang.members.remove(slot)
         self._member_of.pop(slot.name, None)
         if not gang.members:
             if self._forming is gang:
                 self._forming = None
-            self._in_flight -= 1
-            self._pending.appendleft(gang.task)
-            self._lock.notify_all()
+            self._wait_again(gang.task)
 
     def _abandon(self, gang: _Gang) -> None:
-        """Fewer slots live than the gang needs (workers that cannot start): its case ends as a failure."""
+        """Fewer slots live on the gang's host than it needs (a worker there could not start): the gang
+        is let go and its case handed on (`_wait_again`): another host may still hold it (under the lock)."""
         for member in gang.members:
             self._member_of.pop(member.name, None)
         if self._forming is gang:
             self._forming = None
-        self._events.put(self._too_few_workers(gang.task))
+        self._wait_again(gang.task)
+
+    def _wait_again(self, task: Task) -> None:
+        """A multi-rank case taken for a gang that will not run it: first in line again while some host
+        still has `task.world` live slots (or the run is stopping: it stays missing), else it ends with
+        the count (under the lock).
+
+        It always ends: a gang gathers only on a host with `world` live slots its full gangs do not hold
+        (`_pop_for_new_gang`) and is let go only once fewer live there (`_abandon`) or a member ended
+        (`_disband`, `_leave`; or the run is stopping), so every time a case waits again a slot has
+        ended; slots end once and none start, so a case waits again at most once per slot of the run
+        before it runs or ends with the count (here, or in `_end_unrunnable` once no host can hold it)."""
+        if self.stop.is_set() or task.world <= self._most_live():
+            self._in_flight -= 1
+            self._pending.appendleft(task)
+        else:
+            self._events.put(self._too_few_workers(task))     # still in flight: its finished event ends it
         self._lock.notify_all()
 
     def _end_unrunnable(self) -> None:
@@ -261,9 +282,14 @@ class Scheduler:
             self._in_flight += 1
             self._events.put(self._too_few_workers(task))
 
+    def _usable(self, host: str) -> int:
+        """Live slots of `host` that can run at once (its `host_room` caps them; as `most_on_one_host`)."""
+        live = self._live_at.get(host, 0)
+        return min(live, self._room_at.get(host, live))
+
     def _most_live(self) -> int:
         """The most live slots on one host (under the lock): the largest gang that can still gather."""
-        return max(self._live_at.values(), default=0)
+        return max((self._usable(host) for host in self._live_at), default=0)
 
     def _too_few_workers(self, task: Task) -> _Event:
         where = " on one host" if len(self._live_at) > 1 else ""
@@ -274,14 +300,12 @@ class Scheduler:
 
     def _disband(self, gang: _Gang) -> None:
         """A full gang whose member ended before it sat down (its worker could not start): the members
-        waiting in it are let go and its case waits again, first in line (under the lock)."""
+        waiting in it are let go and its case handed on (`_wait_again`) (under the lock)."""
         gang.done = True
         self._active[gang.task.split] -= 1
         for member in gang.members:
             self._member_of.pop(member.name, None)
-        self._in_flight -= 1
-        self._pending.appendleft(gang.task)
-        self._lock.notify_all()
+        self._wait_again(gang.task)
 
     def _sit(self, gang: _Gang) -> None:
         """Wait in a full gang until every member is free; the last one leads it."""
@@ -342,12 +366,12 @@ class Scheduler:
             self._serve_slot(slot)
         finally:
             with self._lock:
+                self._live_at[host_of(slot)] -= 1      # first: what its gang's case does next counts it gone
                 gang = self._member_of.get(slot.name)
                 if gang is not None and not gang.full:
                     self._leave(gang, slot)            # a slot that ended: its forming gang fills without it
                 elif gang is not None and not gang.done:
                     self._disband(gang)                # full, but it never sat down: the others would wait forever
-                self._live_at[host_of(slot)] -= 1
                 self._lock.notify_all()
             self._events.put(_Event("slot_done", slot.name))
 

@@ -15,7 +15,8 @@ pytestmark = pytest.mark.gpu
 @pytest.fixture(scope="module")
 def backends():
     pytest.importorskip("vllm")
-    from operatorx.backends.vllm import VllmGemm, VllmMoe
+    from operatorx.backends.vllm.gemm import VllmGemm
+    from operatorx.backends.vllm.moe import VllmMoe
 
     return VllmGemm(), VllmMoe()
 

@@ -16,7 +16,8 @@ What the W answers mean (`combine`), most telling first:
 4. otherwise rank 0's row; a rank that leaked or whose group broke makes it an error and replaces
    every worker of the case.
 Any failure replaces all W workers: a group with one new member cannot be trusted, nor re-formed
-around the survivors.
+around the survivors. So does a rank's worker that ended between two cases of its group: the next
+case dissolves the group and seats its ranks afresh.
 
 Where the ranks run (`GangHomes`): local workers run their gang's ranks themselves, and the parent
 picks the rendezvous port. Under Ray (run/ranks/ray_gang.py) the gang's members hand their
@@ -244,6 +245,12 @@ class GangRunner:
         try:
             members = self._ranks(gang)
             formed = self._intact(members)
+            if formed is None and tuple(s.name for s in members) in self._formed:
+                # a rank's worker ended since the group's last case (under Ray its actor, which is never
+                # restarted): the group is ended and its ranks seated afresh (new actors, a new placement
+                # group), rather than starting workers in homes that are gone
+                self.dissolve(gang)
+                members = self._ranks(gang)
             why = None if formed is not None else self._workers(members, on_ready)
             if formed is None and why is None:
                 homes = self.homes

@@ -9,7 +9,9 @@ actor says where it runs, and a rank on another node or outside the group fails 
 
 When the gang dissolves, the group is removed with its actors, and each member makes its own
 actor again when it next runs a case: a process that was in one group never joins another, as with
-local workers (run/ranks/gang.py).
+local workers (run/ranks/gang.py). A rank's actor that dies (it is never restarted) ends its case
+as that rank's failure, or, found dead before the group's next case, makes the gang's runner dissolve
+the group and seat the ranks again: fresh actors in a new placement group.
 """
 
 from __future__ import annotations
@@ -160,7 +162,7 @@ class RayGangHomes:
 
         slots: list[RaySlot] = list(members)
         for s in slots:
-            s.release()
+            s.release()                       # a rank's actor that died as well: each member gets its own back
         with self._lock:
             group = self._groups.pop(tuple(s.name for s in slots), None)
         if group is not None:
