@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from operatorx.catalog.arch import Arch, read_arch
+from operatorx.catalog.attention_cases import DECODE_BATCH, DECODE_CTX, PREFILL_CHUNKS, attention_cases
 from operatorx.catalog.checkpoints import Checkpoint, find_checkpoints
 from operatorx.catalog.errors import CatalogError, CatalogWarning, MissingField
 from operatorx.catalog.gemm_roles import gemm_shapes, mlp_prefix
@@ -138,7 +139,7 @@ def _tps_for(ckpt: Checkpoint, tps: Sequence[int] | None) -> tuple[int, ...]:
 
 def generate(models: Sequence[str] | None = None, tps: Sequence[int] | None = None,
              ms: Sequence[int] | None = None, moe_tokens: Sequence[int] = (),
-             schemes: Sequence[str] | None = None, parallel: bool = False) -> list[Case]:
+             schemes: Sequence[str] | None = None, parallel: bool = False, attention: bool = False) -> list[Case]:
     """Cases for catalog checkpoints (all when `models` is empty), merged with sources unioned.
 
     Per-rank single-device cases by default (the deployment in `metadata.deployment`); with
@@ -147,6 +148,8 @@ def generate(models: Sequence[str] | None = None, tps: Sequence[int] | None = No
     tps: TP sizes to use (default: each checkpoint's deployed sizes). ms: GEMM M values
     (default DECODE_M + PREFILL_M). moe_tokens: MoE layer token counts (default none).
     schemes: restrict to these scheme names (default: every scheme a checkpoint ships).
+    attention: add each checkpoint's attention module at every TP over the decode and prefill
+    batches of catalog/attention_cases.py (whole modules: `parallel: {tp}` above TP 1).
     """
     _check_tps(tps or ())
     ms = tuple(ms) if ms else DECODE_M + PREFILL_M
@@ -165,6 +168,10 @@ def generate(models: Sequence[str] | None = None, tps: Sequence[int] | None = No
                                     ckpt.not_produced, parallel)
                 cases += moe_cases(ckpt.arch, role_map, ckpt.source_id(name), tp, moe_tokens, False, notes,
                                    parallel=parallel)
+                if attention:
+                    decode = [(b, c) for b in DECODE_BATCH for c in DECODE_CTX]
+                    cases += attention_cases(ckpt.arch, role_map, ckpt.source_id(name), tp, notes, decode,
+                                             PREFILL_CHUNKS)
     _warn(notes)
     return merge_cases(cases)
 

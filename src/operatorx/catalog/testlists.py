@@ -11,6 +11,9 @@
   experts at TP 2/4/8); one checkpoint per family swept over 8/64/512/2048 (the one MOE_SWEEP
   names, else the family's first data file); the checkpoints flagged `moe_routing_sweep` under
   every routing distribution.
+- `attn_small`: the attention module of every checkpoint whose attention the catalog derives (its
+  first scheme, smallest deployed TP, `parallel` where that TP is above 1): decode at 1 and 64
+  requests over 1k and 8k context, a 2k-token prefill chunk from context 0 and an 8k one over 8k.
 
 Rebuild with `python -m operatorx.catalog` (writes src/operatorx/testlists/).
 """
@@ -23,6 +26,7 @@ from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
+from operatorx.catalog.attention_cases import attention_cases
 from operatorx.catalog.checkpoints import load_catalog
 from operatorx.catalog.errors import CatalogError, CatalogWarning
 from operatorx.catalog.generate import generate, moe_cases
@@ -147,8 +151,24 @@ def _moe_small() -> list[Case]:
     return merge_cases(cases)
 
 
+ATTN_SMALL_DECODE = ((1, 1024), (1, 8192), (64, 1024), (64, 8192))
+ATTN_SMALL_PREFILL = ((2048, 0), (8192, 8192))
+
+
+def _attn_small() -> list[Case]:
+    cases: list[Case] = []
+    notes: list[str] = []
+    for ckpt in load_catalog():
+        name, roles = next(iter(ckpt.schemes.items()))
+        cases += attention_cases(ckpt.arch, roles, ckpt.source_id(name), min(ckpt.tps), notes,
+                                 ATTN_SMALL_DECODE, ATTN_SMALL_PREFILL)
+    for line in dict.fromkeys(notes):
+        warnings.warn(line, CatalogWarning, stacklevel=2)
+    return merge_cases(cases)
+
+
 SHIPPED: dict[str, Callable[[], list[Case]]] = {"gemm": _gemm, "gemm_perf": _gemm_perf, "gemm_fp8": _gemm_fp8,
-                                                 "moe_small": _moe_small}
+                                                 "moe_small": _moe_small, "attn_small": _attn_small}
 
 
 def build_shipped() -> dict[str, list[Case]]:

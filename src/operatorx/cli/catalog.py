@@ -94,6 +94,9 @@ def generate_cmd(
     parallel: Annotated[bool, typer.Option(
         "--parallel", help="whole layers with their split (`parallel: {tp}`, upstream's *_parallel lists) instead "
                            "of the per-rank GEMMs one GPU runs")] = False,
+    attention: Annotated[bool, typer.Option(
+        "--attention", help="add each checkpoint's attention module: decode at 1/16/64/256 requests over 1k-128k "
+                            "context and prefill chunks, as whole modules with their split")] = False,
 ) -> None:
     """Cases for catalog checkpoints x schemes x TP x M, deduplicated with sources unioned: the per-rank
     cases one GPU of each deployment runs, or with --parallel the whole layers with their split."""
@@ -103,7 +106,7 @@ def generate_cmd(
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", CatalogWarning)
         try:
-            cases = generate(expand_models(models), tp, m, tuple(moe_tokens or ()), scheme, parallel)
+            cases = generate(expand_models(models), tp, m, tuple(moe_tokens or ()), scheme, parallel, attention)
         except CatalogError as err:
             _fail(str(err))
     _write(cases, output, [w for w in caught if issubclass(w.category, CatalogWarning)])
