@@ -125,16 +125,16 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture(scope="session")
-def server_url(web_db: WebDb) -> Iterator[str]:
-    """The dashboard served by uvicorn in a thread on 127.0.0.1, a free port."""
+@contextmanager
+def serving(db_path: str) -> Iterator[str]:
+    """The dashboard over `db_path` served by uvicorn in a thread on 127.0.0.1, a free port: its URL."""
     import uvicorn
 
     from operatorx.web import Queries
     from operatorx.web.app import create_app
 
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(Queries.open(str(web_db.path))), host="127.0.0.1",
+    server = uvicorn.Server(uvicorn.Config(create_app(Queries.open(db_path)), host="127.0.0.1",
                                            port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -142,9 +142,18 @@ def server_url(web_db: WebDb) -> Iterator[str]:
     while not server.started:
         assert time.monotonic() < deadline, "uvicorn did not start"
         time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(10)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+@pytest.fixture(scope="session")
+def server_url(web_db: WebDb) -> Iterator[str]:
+    """The dashboard of the shared test database, served for the session."""
+    with serving(str(web_db.path)) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

@@ -16,6 +16,7 @@ from starlette.staticfiles import StaticFiles
 
 from operatorx.web import render
 from operatorx.web.gpus import MAX_FLEET_RUNS
+from operatorx.web.model import MAX_MODEL_RUNS, ModelRequestError, scenario_asks
 from operatorx.web.queries import Queries, WebError
 
 __all__ = ["create_app", "STATIC_DIR", "MAX_RUN_REF_CHARS", "MAX_SHAPE_RUNS", "MAX_CASE_INDEX_DIGITS"]
@@ -128,11 +129,26 @@ def create_app(queries: Queries) -> Starlette:
             raise BadRequest(f"runs: {len(wanted):,} runs, more than one GPUs page holds ({MAX_FLEET_RUNS} at most)")
         return render.render_gpus(queries.gpus_page(testlist, [run_ref(r, "runs") for r in wanted] or None), links)
 
+    def model(request: Request) -> str:
+        wanted = [r.strip() for r in request.query_params.getlist("run") if r.strip()]
+        if not wanted:
+            return render.render_model(None, links, queries.runs())              # the picker
+        if len(wanted) > MAX_MODEL_RUNS:
+            raise BadRequest(f"run: {len(wanted):,} runs, more than one Model page draws ({MAX_MODEL_RUNS} at most)")
+        runs = [run_ref(r) for r in wanted]
+        try:
+            asks = scenario_asks(request.query_params.getlist, len(runs))
+            page = queries.model_page(runs, asks)
+        except ModelRequestError as err:
+            raise BadRequest(str(err)) from None
+        return render.render_model(page, links, queries.runs())
+
     routes = [
         Route("/", answer(runs)), Route("/run/{run:path}", answer(run)), Route("/shape", answer(shape)),
         Route("/roofline/{run:path}", answer(roofline)), Route("/case/{run:path}/{index}", answer(case)),
         Route("/compare", answer(compare)), Route("/group/{name:path}", answer(group)),
         Route("/gpus", answer(gpus_index)), Route("/gpus/{testlist:path}", answer(gpus)),
+        Route("/model", answer(model)),
         Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),
     ]
     return Starlette(routes=routes)

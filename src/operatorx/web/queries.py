@@ -19,6 +19,7 @@ from operatorx.report.compare import compare_documents
 from operatorx.store import RunNotFound, Store, StoreError
 from operatorx.store.group import GROUP_PREFIX, merge_rows
 from operatorx.web.gpus import FleetPage, fleet_page, fleet_runs
+from operatorx.web.model import ModelPage, ModelRun, ScenarioAsk, catalog_models, model_run, page_steps, scenario_for
 from operatorx.web.safe import clean, clean_text, shown_name
 from operatorx.web.timeline import kernel_timeline
 from operatorx.web.views import (
@@ -319,6 +320,31 @@ class Queries:
             views = self.rows(run)
             keyed.append((run, [(fleet_key(r), v) for r, v in zip(doc_rows, views, strict=True)]))
         return fleet_page(testlist, keyed, chosen=why)
+
+    def model_page(self, runs: list[str], asks: Optional[list[ScenarioAsk]]) -> ModelPage:
+        """The Model page of `runs` (web/model.py): each run's scenario (`asks`, one per run) written
+        again by the catalog and timed by `report/estimate.py` over the run's rows; with no scenario
+        asked, each run says which catalog checkpoints its rows cite (the form offers them)."""
+        chosen = [self.resolve(r) for r in runs]
+        names = [r.series for r in chosen]
+        names = [n if names.count(n) == 1 else f"{n} ({r.id})" for n, r in zip(names, chosen, strict=True)]
+        out: list[ModelRun] = []
+        choices = []
+        scenarios = {}
+        for i, (run, name) in enumerate(zip(chosen, names, strict=True)):
+            doc_rows = self.document(run)["rows"]
+            choices.append(catalog_models({m for v in self.rows(run) for m in v.models}))
+            if asks is None:
+                why = None if choices[-1] else (f"run {run.id} holds no scenario cases: its rows cite no catalog "
+                                                "checkpoint (`operatorx testlist serving` writes them)")
+                out.append(ModelRun(run=run, name=name, message=why))
+                continue
+            ask = asks[i]
+            if ask not in scenarios:
+                scenarios[ask] = scenario_for(ask)
+            out.append(model_run(run, name, doc_rows, scenarios[ask]))
+        steps, classes = page_steps(out)
+        return ModelPage(runs=out, asks=asks, choices=choices, steps=steps, classes=classes)
 
     def compare(self, a: str, b: str) -> ComparePage:
         run_a, run_b = self.resolve(a), self.resolve(b)

@@ -16,6 +16,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from operatorx.report.ab import DIFFERENCE_SAYS
 from operatorx.shown import SHOWN
 from operatorx.web.gpus import FleetPage
+from operatorx.web.model import FACT_FIELDS, MAX_MODEL_RUNS, ModelPage, catalog_models
 from operatorx.web.pairs import Pairing, comparable_pairs
 from operatorx.web.queries import ComparePage, GroupPage, RooflinePage, RunPage
 from operatorx.web.safe import script_json
@@ -23,7 +24,7 @@ from operatorx.web.views import RowView, RunSummary
 
 __all__ = ["Links", "server_links", "static_links", "slug", "compare_file", "render_runs", "render_run", "render_group",
            "render_shape", "shape_rows", "render_roofline", "render_case", "render_compare", "render_error",
-           "render_gpus", "render_gpus_index", "CASES_PER_CHUNK"]
+           "render_gpus", "render_gpus_index", "render_model", "CASES_PER_CHUNK"]
 
 CASES_PER_CHUNK = 250
 _env = Environment(loader=PackageLoader("operatorx.web", "templates"), autoescape=select_autoescape(default=True),
@@ -107,7 +108,8 @@ def server_links() -> Links:
     return Links(static="/static/", static_site=False, patterns={
         "runs": "/", "run": "/run/{run}", "case": "/case/{run}/{index}", "shape": "/shape?runs={runs}",
         "roofline": "/roofline/{run}", "compare": "/compare?a={a}&b={b}", "compare_pick": "/compare",
-        "group": "/group/{group}", "gpus": "/gpus/{testlist}", "gpus_index": "/gpus"})
+        "group": "/group/{group}", "gpus": "/gpus/{testlist}", "gpus_index": "/gpus", "model": "/model?run={run}",
+        "model_pick": "/model"})
 
 
 def static_links(pairs: frozenset[tuple[str, str]], groups: frozenset[str] = frozenset()) -> Links:
@@ -153,8 +155,12 @@ def render_run(page: RunPage, links: Links) -> str:
     data = {"page": "run", "run": page.run.to_json(), "rows": _rows_json(page.rows), "ab_says": DIFFERENCE_SAYS,
             "metrics": [m.to_json() for m in SHOWN
                         if not m.optional or any(r.shown.get(m.key) is not None for r in page.rows)]}
+    # the Model page is the server's (it writes a scenario from the facts a URL gives): linked where the
+    # run's rows cite a catalog checkpoint, the cases `testlist serving` writes
+    model_href = None if links.static_site or not catalog_models({m for r in page.rows for m in r.models}) \
+        else links.link("model", run=page.run.id)
     return _page("run.html", links, f"Run {page.run.id}", data, [page.run.id], run=page.run, info=page.info,
-                 ab_says=DIFFERENCE_SAYS,
+                 ab_says=DIFFERENCE_SAYS, model_href=model_href,
                  reasons=page.reasons, missing=page.missing[:200], missing_total=len(page.missing))
 
 
@@ -216,6 +222,19 @@ def render_gpus(page: FleetPage, links: Links) -> str:
     data = {"page": "gpus", **page.to_json()}
     return _page("gpus.html", links, f"GPUs: {page.testlist}", data, [r.run.id for r in page.runs], fleet=page,
                  plots=True)
+
+
+def render_model(page: Optional[ModelPage], links: Links, runs: list[RunSummary]) -> str:
+    """A serving scenario's step time per run, layer by layer (web/model.py computes every number);
+    `page` None: the form that picks a run."""
+    if page is None:
+        return _page("model.html", links, "Model", {"page": "model", "runs": [], "steps": [], "classes": []},
+                     [], model=None, runs=runs, fields=FACT_FIELDS, max_runs=MAX_MODEL_RUNS)
+    data = {"page": "model", **page.to_json()}
+    ids = [r.run.id for r in page.runs]
+    title = "Model: " + " / ".join(ids)
+    return _page("model.html", links, title, data, ids, model=page, runs=runs, fields=FACT_FIELDS,
+                 max_runs=MAX_MODEL_RUNS, plots=True)
 
 
 def render_error(message: str, links: Links, title: str = "Not found") -> str:
