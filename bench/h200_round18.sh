@@ -4,6 +4,7 @@
 #   carry  nothing but the chunk that came with the call
 #   torch  the gpu tests of the code that runs on the GPU (bench/device_kit.sh gpu_tests), then the
 #          multi-rank path at W=1 against the plain path through the torch backend, three rounds
+#   attn   the shipped attn_small and upstream's attn_parallel through the torch backend (--rank-local)
 #   vllm   the vllm backend's gpu tests, then the same W=1 check through the vllm backend (vLLM's
 #          parallel state on the group, RowParallelLinear / ColumnParallelLinear / FusedMoE), three rounds
 set -uo pipefail
@@ -25,6 +26,15 @@ case "${1:-carry}" in
     gpu_tests
     echo "== multi-rank W=1 against the plain path (torch)"
     timeout 200 python3 bench/rank_w1.py --device cuda --rounds 3 --out "$OUT/rank_w1_torch.json" 2>&1 | tail -8 ;;
+  attn)
+    . bench/device_kit.sh
+    echo "== attn_small through torch"
+    timeout 300 python3 -m operatorx run -t attn_small --backend torch --rank-local --db "$OUT/attn.db" \
+      --results-dir "$OUT/res" > "$OUT/attn.txt" 2>&1; echo "rc $?"; grep -v "Warning" "$OUT/attn.txt" | tail -30
+    echo "== upstream attn_parallel through torch, rank-local"
+    timeout 250 python3 -m operatorx run -t tests/spec/upstream/attn_parallel.json --backend torch --rank-local \
+      --db "$OUT/attn.db" --results-dir "$OUT/res" > "$OUT/attn_up.txt" 2>&1; echo "rc $?"
+    grep -v "Warning" "$OUT/attn_up.txt" | tail -8 ;;
   vllm)
     . bench/device_kit.sh
     echo "== vllm gpu tests"
