@@ -18,6 +18,7 @@ from operatorx.run.case_gate import case_refusal
 from operatorx.run.plan import estimated_s, longest_first
 from operatorx.spec import Case
 from operatorx.spec.attention_cost import AttentionCost, attended
+from operatorx.spec.shard import ShardRefused
 from tests.conftest import gemm
 
 UPSTREAM = Path(__file__).parent / "upstream"
@@ -325,11 +326,16 @@ def test_totals_are_the_sums_of_the_parts():
 
 # ---- still planned, and the planner still orders --------------------------------------------
 
-def test_every_upstream_attention_case_has_a_positive_count_and_stays_unsupported():
+def test_every_upstream_attention_case_has_a_positive_count_and_a_named_refusal_on_one_device():
     for raw in json.loads((UPSTREAM / "attn_parallel.json").read_text()):
         c = Case.model_validate(raw)
         assert c.flops() > 0 and c.min_bytes() > 0, c.label()
-        assert case_refusal(c) == f"op type {c.type} is not implemented yet"
+        if c.type in ("gqa", "mla"):
+            assert c.implemented
+            assert case_refusal(c) == (f"needs tp·dp = {c.world} GPUs of one host; this run has 1 (one process runs "
+                                       "every case here; --rank-local times one rank's shard)")
+        else:
+            assert case_refusal(c) == f"op type {c.type} is not implemented yet"
 
 
 def test_the_planner_orders_attention_cases_by_their_estimate():
@@ -338,3 +344,28 @@ def test_the_planner_orders_attention_cases_by_their_estimate():
     assert estimated_s(decode) == max(decode.flops() / 1000e12, decode.min_bytes() / 4000e9) > estimated_s(small)
     order = longest_first([(0, small), (1, decode)], lambda t: t[1])
     assert [i for i, _ in order] == [1, 0]
+
+
+# ---- one rank's shard (--rank-local) -----------------------------------------------------
+
+def test_a_gqa_shard_splits_its_heads_and_replicates_kv_heads_below_tp():
+    two = case("gqa", [{"count": 2, "q": 1, "ctx": 64}], **GQA, parallel={"tp": 2}).args
+    shard, rule = two.rank_shard()
+    assert (shard.q_heads, shard.kv_heads, shard.parallel) == (2, 1, None)
+    assert rule == "heads tensor-parallel over 2: q_heads 4 -> 2, kv_heads 2 -> 1"
+    four = case("gqa", [{"count": 2, "q": 1, "ctx": 64}], **GQA, parallel={"tp": 4}).args
+    shard, rule = four.rank_shard()
+    assert (shard.q_heads, shard.kv_heads) == (1, 1) and "kv_heads 2 -> 1 (each KV head replicated on 2 ranks)" in rule
+    assert shard.flops() < four.flops() and shard.batch == four.batch
+
+
+def test_an_mla_shard_splits_heads_and_a_dcp_one_has_no_shard():
+    tp = case("mla", [{"count": 2, "q": 1, "ctx": 64}], **MLA, parallel={"tp": 2}).args
+    shard, rule = tp.rank_shard()
+    assert (shard.heads, shard.kv_lora_rank, shard.q_lora_rank) == (1, 16, 32) and rule.endswith("heads 2 -> 1")
+    dcp = case("mla", [{"count": 2, "q": 1, "ctx": 64}], **MLA, parallel={"tp": 2, "dcp": 2}).args
+    with pytest.raises(ShardRefused, match="dcp=2: each rank attends 1/2 of every context"):
+        dcp.rank_shard()
+    odd = case("gqa", [{"count": 1, "q": 1, "ctx": 8}], **{**GQA, "q_heads": 6, "kv_heads": 3}, parallel={"tp": 2}).args
+    with pytest.raises(ShardRefused, match="q_heads=6 does not split 2 ways|kv_heads=3 does not split 2 ways"):
+        odd.rank_shard()

@@ -60,7 +60,9 @@ class BackendEntry:
 BACKENDS: dict[str, BackendEntry] = {
     "torch": BackendEntry(
         "torch", {"gemm": "operatorx.backends.torch.gemm:TorchGemm", "moe": "operatorx.backends.torch.moe:TorchMoe",
-                  "collective": "operatorx.backends.torch.collective:TorchCollective"},
+                  "collective": "operatorx.backends.torch.collective:TorchCollective",
+                  "gqa": "operatorx.backends.torch.attention:TorchGqa",
+                  "mla": "operatorx.backends.torch.attention:TorchMla"},
         versions=("triton", "nvidia-cublas", "nvidia-cublas-cu12"), warm="operatorx.backends.torch.warm:warm"),
     "vllm": BackendEntry(
         "vllm", {"gemm": "operatorx.backends.vllm.gemm:VllmGemm", "moe": "operatorx.backends.vllm.moe:VllmMoe",

@@ -3,8 +3,8 @@
 Each times one attention module whole, from the post-norm hidden states [T, hidden] to the module
 output before the residual add, over a KV cache (or linear-attention state) filled for every
 request's context. This version validates these cases field by field, so a file that holds them
-loads and a malformed one is refused with its field, but it has no backend for them yet: their rows
-read `unsupported: op type ... is not implemented yet` (IMPLEMENTED = False).
+loads and a malformed one is refused with its field. gqa and mla have backends (IMPLEMENTED); the
+other types have none yet: their rows read `unsupported: op type ... is not implemented yet`.
 
 Shared fields:
 - `batch`: `groups` of `count` requests with `q` new tokens each over `ctx` cached ones (an int, or
@@ -18,9 +18,10 @@ Shared fields:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from fractions import Fraction
 from math import ceil
-from typing import ClassVar, Literal, Optional, Union
+from typing import Any, ClassVar, Literal, Optional, Union
 
 from pydantic import Field, PositiveFloat, field_validator, model_validator
 
@@ -29,6 +30,7 @@ from operatorx.spec.base import Count, Int64, Size, SpecModel
 from operatorx.spec.op_type import OpArgs
 from operatorx.spec.operand import Operand
 from operatorx.spec.parallel import Parallel, check_family_axes
+from operatorx.spec.shard import NO_LAYER_SHAPES, LayerShapes, ShardRefused, divide
 
 __all__ = ["ATTENTION_TYPES", "AttentionArgs", "Batch", "BatchGroup", "CtxRange", "ProjOperands", "RopeScaling"]
 
@@ -190,6 +192,36 @@ def _positive_theta(rope: bool, theta: Optional[float], scaling: Optional[RopeSc
         raise ValueError("rope_theta / rope_scaling: only with rope")
 
 
+def _heads_shard(args: AttentionArgs, heads: dict[str, int]) -> tuple[dict[str, Any], list[str]]:
+    """The shard's args data with `parallel` dropped and each named head count cut over tp, and what moved.
+
+    tp splits the heads as vLLM's attention modules do (QKVParallelLinear: q heads / tp; KV heads /
+    tp, or one replicated KV head per rank when tp exceeds them); dp leaves the batch alone (the
+    case's batch is one dp group's, as moe's `tokens`); dcp splits each request's cache over ranks
+    whose partial softmaxes are merged by a collective: no one-rank shard.
+    """
+    p = args.parallel
+    assert p is not None
+    if p.dcp > 1:
+        raise ShardRefused(f"dcp={p.dcp}: each rank attends 1/{p.dcp} of every context and the ranks merge their "
+                           "partial softmaxes; one rank's share is no single attention case")
+    data = args.model_dump(mode="json", exclude_none=True)
+    data.pop("parallel", None)
+    moved: list[str] = []
+    for field, total in heads.items():
+        if field == "kv_heads" and total < p.tp:
+            if p.tp % total:
+                raise ShardRefused(f"kv_heads={total} does not divide tp={p.tp} (vLLM replicates KV heads only then)")
+            data[field] = 1
+            moved.append(f"kv_heads {total} -> 1 (each KV head replicated on {p.tp // total} ranks)")
+            continue
+        data[field] = divide(total, p.tp, field)
+        moved.append(f"{field} {total} -> {data[field]}")
+    if p.dp > 1:
+        moved.append(f"batch as written (one of the {p.dp} dp groups)")
+    return data, moved
+
+
 class _GroupedHeads(AttentionArgs):
     """Query heads sharing KV heads, with RoPE on the first rope_dim dims (M-RoPE with mrope_section)."""
 
@@ -235,6 +267,7 @@ class GqaArgs(_GroupedHeads):
     causal attention, optional sigmoid output gate, o_proj."""
 
     TYPE = "gqa"
+    IMPLEMENTED = True
     PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")
     qk_norm: bool = False
     gate: bool = False
@@ -247,6 +280,14 @@ class GqaArgs(_GroupedHeads):
         q_out = self.q_heads * self.head_dim * (2 if self.gate else 1)
         read_cap = self.window - 1 if self.window is not None else None
         self._add_heads(tally, q_out, self.window, _KV_ELEMENT_BYTES[self.kv_cache_dtype], read_cap)
+
+    def rank_shard(self, sources: Sequence[str] = (), shapes: LayerShapes = NO_LAYER_SHAPES) -> tuple[GqaArgs, str]:
+        """One rank's module: its q and KV heads (_heads_shard), the whole hidden size in and out (o_proj's
+        all-reduce left out)."""
+        if self.parallel is None:
+            return self, "one device: the whole module"
+        data, moved = _heads_shard(self, {"q_heads": self.q_heads, "kv_heads": self.kv_heads})
+        return GqaArgs.model_validate(data), f"heads tensor-parallel over {self.parallel.tp}: {', '.join(moved)}"
 
 
 class QsaArgs(_GroupedHeads):
@@ -330,6 +371,7 @@ class MlaArgs(_LatentHeads):
     """DeepSeek multi-head latent attention: low-rank q and kv, a latent cache, o_proj."""
 
     TYPE = "mla"
+    IMPLEMENTED = True
     PROJECTIONS = ("q_a_proj", "kv_a_proj_with_mqa", "q_b_proj", "kv_b_proj", "o_proj", "g_proj")
     rope: bool = True
     rope_theta: Optional[PositiveFloat] = None
@@ -350,6 +392,14 @@ class MlaArgs(_LatentHeads):
         self._add_latent(tally, None, self.kv_cache_dtype)
         if self.gate:
             self._linear(tally, "g_proj", self.hidden, self.heads * self.v)
+
+    def rank_shard(self, sources: Sequence[str] = (), shapes: LayerShapes = NO_LAYER_SHAPES) -> tuple[MlaArgs, str]:
+        """One rank's module: heads / tp; the q and kv latents (q_a_proj, kv_a_proj_with_mqa) and the
+        latent cache stay whole on every rank, as vLLM replicates them."""
+        if self.parallel is None:
+            return self, "one device: the whole module"
+        data, moved = _heads_shard(self, {"heads": self.heads})
+        return MlaArgs.model_validate(data), f"heads tensor-parallel over {self.parallel.tp}: {', '.join(moved)}"
 
 
 class MlaDsaArgs(_LatentHeads):
