@@ -66,7 +66,8 @@ BACKENDS: dict[str, BackendEntry] = {
         versions=("triton", "nvidia-cublas", "nvidia-cublas-cu12"), warm="operatorx.backends.torch.warm:warm"),
     "vllm": BackendEntry(
         "vllm", {"gemm": "operatorx.backends.vllm.gemm:VllmGemm", "moe": "operatorx.backends.vllm.moe:VllmMoe",
-                 "collective": "operatorx.backends.vllm.collective:VllmCollective"},
+                 "collective": "operatorx.backends.vllm.collective:VllmCollective",
+                 "gqa": "operatorx.backends.vllm.attention:VllmGqa"},
         requires="vllm", framework="vLLM", install_hint='pip install -e ".[vllm]" (or pip install "operatorx[vllm]")',
         versions=("vllm",), warm="operatorx.backends.vllm.env:warm"),
 }
