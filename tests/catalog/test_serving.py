@@ -132,7 +132,7 @@ def test_llama_dense_tp1_and_tp2():
 
 def test_attention_left_out_without_rope_theta_says_so():
     with pytest.warns(UserWarning, match="attention not produced: config field 'rope_theta' is missing"):
-        cases = serving("Llama-3.1-8B-Instruct", Scenario(isl=8192, osl=1024, conc=64))
+        cases = serving("Llama-3.1-405B-Instruct", Scenario(isl=8192, osl=1024, conc=64))
     assert not [c for c in cases if c.family == "attention"]
 
 

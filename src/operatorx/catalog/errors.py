@@ -29,5 +29,5 @@ class MissingField(CatalogError):
 class NotDerived(CatalogError):
     """Roles a model has whose per-rank shapes this package does not derive (yet); named in the message."""
 
-    def __init__(self, roles: str, origin: str):
-        super().__init__(f"{roles} are not derived here (their vLLM sharding is not modelled) ({origin})")
+    def __init__(self, roles: str, origin: str, reason: str = "their vLLM sharding is not modelled"):
+        super().__init__(f"{roles} are not derived here ({reason}) ({origin})")

@@ -33,7 +33,7 @@ from operatorx.catalog.errors import CatalogError, CatalogWarning, MissingField,
 from operatorx.catalog.gemm_roles import ROLE_GROUPS, VOCAB_PADDING, GemmShape, gemm_shapes, mlp_prefix, split
 from operatorx.catalog.moe_layer import experts_inter, moe_args
 from operatorx.catalog.schemes import RoleSchemes, preset
-from operatorx.catalog.serving_attention import attention_args, attention_module, linear_attention_args
+from operatorx.catalog.serving_attention import attention_module, attention_modules, sliding_layers
 from operatorx.catalog.serving_layers import LayerCounts, layer_counts
 from operatorx.spec import Case
 
@@ -118,12 +118,13 @@ class _Step:
         self.cases: dict[str, Case] = {}
 
     def add(self, kind: str, args: dict[str, Any], role: str, count: int,
-            per_rank: Optional[dict[str, Any]] = None) -> None:
-        """One op run `count` times by the step (none when 0), merged into a case of the same key."""
+            per_rank: Optional[dict[str, Any]] = None, extra: Optional[dict[str, str]] = None) -> None:
+        """One op run `count` times by the step (none when 0), merged into a case of the same key;
+        `extra` is metadata of this op (facts its case format cannot hold)."""
         if count < 1:
             return
         source = f"{self.source_id}/{role}"
-        meta = {**self.metadata, **({"deployment": per_rank} if per_rank else {})}
+        meta = {**self.metadata, **({"deployment": per_rank} if per_rank else {}), **(extra or {})}
         try:
             case = Case.model_validate({"type": kind, "args": args, "sources": [source], "count": count,
                                         "step": self.step, "metadata": meta})
@@ -202,15 +203,16 @@ def _moe(step: _Step, arch: Arch, schemes: RoleSchemes, sc: Scenario, tokens: in
 
 def _attention(step: _Step, arch: Arch, schemes: RoleSchemes, sc: Scenario, batch: dict[str, Any],
                layers: LayerCounts, notes: list[str]) -> None:
-    module = attention_module(arch)
     try:
-        kind, args = attention_args(arch, schemes, batch, sc.tp, sc.dp)
-        step.add(kind, args, module, layers.full_attention)
-        if layers.linear_attention:
-            step.add("gdn", linear_attention_args(arch, schemes, batch, sc.tp, sc.dp), "linear_attn",
-                     layers.linear_attention)
+        made = attention_modules(arch, schemes, batch, sc.tp, sc.dp)
     except (MissingField, NotDerived) as err:
         notes.append(f"{arch.origin}: attention not produced: {err}")
+        return
+    sliding = sliding_layers(arch)
+    for m in made:
+        count = (layers.linear_attention if m.kind == "gdn" else sliding if m.role.endswith(":sliding")
+                 else layers.full_attention - sliding)
+        step.add(m.kind, m.args, m.role, count, extra=m.metadata)
 
 
 def _collective(step: _Step, kind: str, elements: int, world: int, role: str, count: int) -> None:

@@ -6,25 +6,50 @@ DeepSeek MLA, `mla_dsa` when the config has an indexer (`index_topk`), `gdn` for
 layers of Qwen3.5/Qwen3-Next. The projections carry the checkpoint scheme's operands (attn_qkv for
 the input projections, attn_out for the output one), so the case computes what the GEMM roles do.
 
-A fact the config does not state is a MissingField, never a guess: RoPE's `rope_theta` is one (the
-shipped catalog does not hold it, so its models get no attention case until it does). Attention
-types this module does not derive (DeepSeek-V4's `dsv4_attn`, MLA without `q_lora_rank`) are a
-NotDerived naming them.
+A fact the config does not state is a MissingField, never a guess: RoPE's `rope_theta` is one (a
+checkpoint file without it gets no attention case). Attention types this module does not derive
+(DeepSeek-V4's `dsv4_attn`, MLA without `q_lora_rank`) are a NotDerived naming them.
+
+No config fact that changes the module is dropped in silence (attention_modules):
+- a `rope_scaling` the gqa format cannot hold (Llama-3.1's llama3, gpt-oss's yarn) only changes RoPE's
+  frequencies, not the work: the case is derived and its metadata says what was left out;
+- sliding-window layers (`layer_types` naming `sliding_attention`) are their own module, a gqa with
+  `window` = `sliding_window`, derived only when the config states both; a `sliding_window` without
+  `layer_types` does not say which layers slide, so that is NotDerived;
+- attention sinks (gpt-oss: vLLM's GptOssAttention adds a learned sink logit per head; config.json
+  has no key for it) are not in the gqa format: NotDerived.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from operatorx.catalog.arch import Arch
 from operatorx.catalog.errors import CatalogError, MissingField, NotDerived
 from operatorx.catalog.schemes import RoleSchemes, Scheme
 
-__all__ = ["attention_args", "linear_attention_args", "attention_module"]
+__all__ = ["AttentionModule", "attention_args", "attention_modules", "linear_attention_args", "attention_module",
+           "sliding_layers"]
 
 #: Model types whose vLLM attention runs RMS q/k norms (Qwen3Attention's q_norm/k_norm); config.json
 #: has no key for it.
 _QK_NORM_PREFIXES = ("qwen3",)
+#: Model types whose attention adds a learned sink logit per head (vLLM GptOssAttention's `sinks`);
+#: config.json has no key for it.
+_SINK_MODEL_TYPES = ("gpt_oss",)
+
+
+@dataclass(frozen=True)
+class AttentionModule:
+    """One attention module of a checkpoint over one batch: the case type and args, the module it
+    cites (`self_attn`, `self_attn:sliding`, `linear_attn`), and `metadata`: config facts the case
+    format cannot hold, kept on the case so they are not lost."""
+
+    kind: str
+    args: dict[str, Any]
+    role: str
+    metadata: dict[str, str] = field(default_factory=dict)
 
 
 def attention_module(arch: Arch) -> str:
@@ -64,22 +89,66 @@ def _yarn(arch: Arch) -> Optional[dict[str, Any]]:
     return out
 
 
+def sliding_layers(arch: Arch) -> int:
+    """How many decoder layers `layer_types` names `sliding_attention` (0 without layer_types)."""
+    types = arch.config.get("layer_types") or []
+    layers = arch.opt("num_hidden_layers", len(types)) or len(types)
+    return sum(1 for t in types[:layers] if t == "sliding_attention")
+
+
+def _window(arch: Arch) -> Optional[int]:
+    """The sliding layers' window, None without sliding layers; NotDerived when the config does not
+    say which layers slide or how far."""
+    window = arch.config.get("sliding_window")
+    if not sliding_layers(arch):
+        if window is not None and not arch.config.get("layer_types") and arch.config.get("use_sliding_window", True):
+            raise NotDerived("sliding-window attention layers", arch.origin,
+                             f"sliding_window {window} without layer_types: which layers slide is not stated")
+        return None
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise NotDerived("sliding-window attention layers", arch.origin,
+                         f"layer_types names sliding_attention but sliding_window is {window!r}")
+    return window
+
+
+def _rope_dim(arch: Arch, head_dim: int) -> int:
+    """`rotary_dim` where the config states it (MiniMax-M2), else head_dim x `partial_rotary_factor`."""
+    from_factor = int(head_dim * float(arch.opt("partial_rotary_factor", 1.0)))
+    if arch.opt("rotary_dim") is None:
+        return from_factor
+    rotary = arch.int("rotary_dim", "the gqa attention case")
+    if arch.has("partial_rotary_factor") and rotary != from_factor:
+        raise CatalogError(f"rotary_dim {rotary} and partial_rotary_factor give rope_dim {from_factor} ({arch.origin})")
+    return rotary
+
+
+def _scaling_left_out(arch: Arch) -> dict[str, str]:
+    """The gqa case's metadata line for a `rope_scaling` it cannot hold (none without scaling)."""
+    raw = arch.config.get("rope_scaling")
+    if not isinstance(raw, dict):
+        return {}
+    kind = raw.get("rope_type", raw.get("type"))
+    factor = raw.get("factor")
+    told = f"{kind} factor {float(factor):g}" if isinstance(factor, (int, float)) else f"{kind}"
+    return {"rope_scaling_not_in_case": f"{told} (the gqa case format has no rope_scaling; RoPE frequencies "
+                                        "differ, the work does not)"}
+
+
 def _gqa(arch: Arch, schemes: RoleSchemes) -> dict[str, Any]:
     what = "the gqa attention case"
     if arch.config.get("model_type") == "gpt_oss" and not arch.config.get("layer_types"):
         raise MissingField("layer_types", f"gpt-oss's sliding/full attention layers ({arch.origin})")
-    if arch.config.get("layer_types") and "sliding_attention" in arch.config["layer_types"]:
-        raise NotDerived("sliding-window attention layers", arch.origin)
+    if str(arch.config.get("model_type", "")) in _SINK_MODEL_TYPES:
+        raise NotDerived("attention layers with sinks", arch.origin, "attention sinks are not in the gqa case format")
     head_dim = arch.head_dim(what)
     heads = arch.int("num_attention_heads", what)
-    rotary = arch.opt("partial_rotary_factor", 1.0)
     qkv, out = _pair(schemes["attn_qkv"]), _pair(schemes["attn_out"])
     return {
         "hidden": arch.int("hidden_size", what),
         "q_heads": heads,
         "kv_heads": arch.int("num_key_value_heads", what) if arch.has("num_key_value_heads") else heads,
         "head_dim": head_dim,
-        "rope_dim": int(head_dim * float(rotary)),
+        "rope_dim": _rope_dim(arch, head_dim),
         "rope_theta": _rope_theta(arch, what),
         "qk_norm": str(arch.config.get("model_type", "")).startswith(_QK_NORM_PREFIXES),
         "gate": bool(arch.opt("attn_output_gate", False)),
@@ -121,6 +190,27 @@ def attention_args(arch: Arch, schemes: RoleSchemes, batch: dict[str, Any], tp: 
         raise NotDerived("DeepSeek-V4 attention (dsv4_attn) cases", arch.origin)
     kind, args = _mla(arch, schemes) if arch.attention == "mla" else ("gqa", _gqa(arch, schemes))
     return kind, {**args, "batch": batch, **_split(tp, dp)}
+
+
+def attention_modules(arch: Arch, schemes: RoleSchemes, batch: dict[str, Any], tp: int,
+                      dp: int) -> list[AttentionModule]:
+    """Every attention module of the checkpoint over `batch`, split over tp x dp: the full-attention
+    one (when some layer runs it), the sliding-window one (gqa with `window`) and the linear one.
+
+    All or nothing: a fact one module lacks (MissingField) or a type it cannot be (NotDerived) raises,
+    so no model is shipped with part of its attention."""
+    kind, args = attention_args(arch, schemes, batch, tp, dp)
+    role = attention_module(arch)
+    meta = _scaling_left_out(arch) if kind == "gqa" else {}
+    window = _window(arch) if kind == "gqa" else None
+    types = arch.config.get("layer_types") or []
+    full = not types or any(t == "full_attention" for t in types)
+    out = [AttentionModule(kind, args, role, meta)] if full else []
+    if window is not None:
+        out.append(AttentionModule("gqa", {**args, "window": window}, f"{role}:sliding", meta))
+    if arch.has_linear_attention:
+        out.append(AttentionModule("gdn", linear_attention_args(arch, schemes, batch, tp, dp), "linear_attn"))
+    return out
 
 
 def linear_attention_args(arch: Arch, schemes: RoleSchemes, batch: dict[str, Any], tp: int,

@@ -74,6 +74,10 @@ class BatchGroup(SpecModel):
         return Fraction(self.ctx) if isinstance(self.ctx, int) else Fraction(self.ctx.min + self.ctx.max, 2)
 
 
+def _ctx_label(g: BatchGroup) -> str:
+    return str(g.ctx) if isinstance(g.ctx, int) else f"{g.ctx.min}-{g.ctx.max}"
+
+
 class Batch(SpecModel):
     groups: list[BatchGroup] = Field(min_length=1)
     pages: Literal["contiguous", "shuffled"] = "contiguous"
@@ -84,9 +88,13 @@ class Batch(SpecModel):
 
     def label(self) -> str:
         """`8x(q1,ctx8192)+1x(q512,ctx0)`."""
-        def ctx(g: BatchGroup) -> str:
-            return str(g.ctx) if isinstance(g.ctx, int) else f"{g.ctx.min}-{g.ctx.max}"
-        return "+".join(f"{g.count}x(q{g.q},ctx{ctx(g)})" for g in self.groups)
+        return "+".join(f"{g.count}x(q{g.q},ctx{_ctx_label(g)})" for g in self.groups)
+
+    def shape_label(self) -> str:
+        """The label with the counts left out (`Mx(q1,ctx8192)`; groups after the first keep their count)."""
+        first, *rest = self.groups
+        return "+".join([f"Mx(q{first.q},ctx{_ctx_label(first)})",
+                         *(f"{g.count}x(q{g.q},ctx{_ctx_label(g)})" for g in rest)])
 
 
 class ProjOperands(SpecModel):
@@ -133,13 +141,20 @@ class AttentionArgs(OpArgs):
         return proj
 
     def label(self) -> str:
-        return f"{self.TYPE} H={self.hidden} {self.batch.label()}{self.split_label()}"
+        return f"{self.TYPE} H={self.hidden} {self.heads_label()} {self.batch.label()}{self.split_label()}"
+
+    def heads_label(self) -> str:
+        """The module's head sizes in short (`32q/4kv×128`), so two models of one hidden size never share
+        a label or a Shape-page family."""
+        raise NotImplementedError
 
     def size(self) -> int:
         return self.batch.requests()
 
     def family(self) -> str:
-        return f"{self.TYPE} H={self.hidden}{self.split_label()}"
+        """Everything but the request counts: one line per module and (q, ctx) of each group, plotted
+        against the batch (`Mx(q1,ctx8192)`)."""
+        return f"{self.TYPE} H={self.hidden} {self.heads_label()} {self.batch.shape_label()}{self.split_label()}"
 
     def scheme(self) -> str:
         """`bf16`, or the first quantized projection's weight scheme."""
@@ -243,6 +258,9 @@ class _GroupedHeads(AttentionArgs):
             raise ValueError(f"mrope_section: three sizes covering rope_dim/2 = {self.rope_dim // 2}")
         return self
 
+    def heads_label(self) -> str:
+        return f"{self.q_heads}q/{self.kv_heads}kv×{self.head_dim}"
+
     def _add_heads(self, tally: CostTally, q_out: int, cap: Optional[int], kv_element_bytes: int,
                    read_cap: Optional[int]) -> None:
         """q/k/v/o projections, QKᵀ + PV over head_dim for every attended key, the K and V cache.
@@ -328,6 +346,9 @@ class _LatentHeads(AttentionArgs):
     nope: Size
     rope_dim: Size
     v: Size
+
+    def heads_label(self) -> str:
+        return f"{self.heads}h r{self.kv_lora_rank}"
 
     def _latent_bytes(self, kv_cache_dtype: str) -> int:
         """Bytes of one cached token's latent (kv_lora_rank) and rope key (rope_dim).
@@ -485,6 +506,9 @@ class Dsv4AttnArgs(AttentionArgs):
             raise ValueError("compress_rope_theta / rope_scaling: only when compress_ratio > 0")
         return self
 
+    def heads_label(self) -> str:
+        return f"{self.heads}h×{self.head_dim} w{self.window} c{self.compress_ratio}"
+
     def _cache_token_bytes(self) -> int:
         """One cached token (raw or compressed): bf16 head_dim, or vLLM's fp8 V4 layout for every
         other dtype (auto included: vLLM runs V4 on that layout only): the nope part in fp8, one
@@ -562,6 +586,9 @@ class GdnArgs(AttentionArgs):
     norm_act: Literal["silu", "sigmoid"] = "silu"
     state_dtype: StateDType = "fp32"
 
+    def heads_label(self) -> str:
+        return f"{self.qk_heads}qk/{self.v_heads}v×{self.head_dim}"
+
     @model_validator(mode="after")
     def _heads(self) -> GdnArgs:
         if self.v_heads % self.qk_heads:
@@ -590,6 +617,9 @@ class KdaArgs(AttentionArgs):
     conv_kernel: Size
     gate_rank: Optional[Size] = None
     state_dtype: StateDType = "fp32"
+
+    def heads_label(self) -> str:
+        return f"{self.heads}h×{self.head_dim}"
 
     def _add_cost(self, tally: CostTally) -> None:
         """q, k, v and the output gate g over heads·head_dim; the decay through f_a (hidden -> gate_rank,
