@@ -75,7 +75,7 @@ def _rotate(x: torch.Tensor, positions: torch.Tensor, theta: float, scaling: Opt
             pairing: Pairing) -> torch.Tensor:
     """x [n, heads, rope_dim] fp32 rotated by its rows' positions (YaRN's mscale folded into cos/sin)."""
     rope_dim = x.shape[-1]
-    angles = positions.to(torch.float64)[:, None] * inv_freq(rope_dim, theta, scaling)[None, :]
+    angles = positions.to("cpu", torch.float64)[:, None] * inv_freq(rope_dim, theta, scaling)[None, :]
     scale = 1.0
     if scaling is not None:
         scale = yarn_mscale(scaling.factor, scaling.mscale or 1.0) / yarn_mscale(scaling.factor,

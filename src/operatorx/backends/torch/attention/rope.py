@@ -63,7 +63,7 @@ def rope_table(positions: torch.Tensor, rope_dim: int, theta: float, scaling: Op
                pairing: Pairing, dtype: torch.dtype, device: str) -> RopeTable:
     """The rotation of each row's position. YaRN scales cos and sin by mscale(factor, mscale) /
     mscale(factor, mscale_all_dim) (vLLM's DeepseekScalingRotaryEmbedding)."""
-    angles = positions.to(torch.float64)[:, None] * inv_freq(rope_dim, theta, scaling)[None, :]
+    angles = positions.to("cpu", torch.float64)[:, None] * inv_freq(rope_dim, theta, scaling)[None, :]
     scale = 1.0
     if scaling is not None:
         scale = yarn_mscale(scaling.factor, scaling.mscale or 1.0) / yarn_mscale(scaling.factor,

@@ -60,7 +60,7 @@ def case_config(env_config: Any, args: GqaArgs) -> tuple[Any, Any, ModelConfigSt
         "head_dim": args.head_dim, "is_moe": False,
         # read by Attention.__init__, fa_utils.get_flash_attn_version, FlashAttentionMetadataBuilder
         "is_mm_prefix_lm": False, "is_diffusion": False, "rswa_window": None, "multimodal_config": None,
-        "is_encoder_decoder": False, "use_mla": False})
+        "is_encoder_decoder": False, "use_mla": False, "quantization": None})
     cfg = copy.copy(env_config)
     _set(cfg, "cache_config", cache)
     _set(cfg, "model_config", model)
