@@ -29,6 +29,21 @@ NAMES = [
     ("Memset (Device)", "memory"),
     ("Memcpy DtoD (Device -> Device)", "memory"),
     ("vectorized_elementwise_kernel<fill>", "memory"),
+    # an attention module's kernels (benchmarks §28: vllm gqa and torch gqa on the H200)
+    ("void cutlass::device_kernel<flash::enable_sm90_or_later<flash::FlashAttnFwdSm90<flash::CollectiveMainloopFwdSm",
+     "attention"),                                               # `cutlass` in the name: attention before gemm
+    ("void cutlass::device_kernel<flash::FlashAttnFwdCombine<cute::tuple<cute::C<8>, cute::C<128> >, 5, 256, 1, fals",
+     "attention"),
+    ("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x128_4x1x1_cga1x1x1_kernel0_0",
+     "attention"),
+    ("void vllm::reshape_and_cache_flash_kernel<__nv_bfloat16, __nv_bfloat16, (vllm::Fp8KVCacheDataType)0>(__nv_bflo",
+     "memory"),                                                  # `flash` in the name: a cache write before attention
+    ("void at::native::vectorized_gather_kernel<16, long>(char*, char*, long*, int, long, long, long, long, bool)",
+     "memory"),
+    ("void at::native::index_elementwise_kernel<128, 4, at::native::index_copy_kernel_impl<at::native::OpaqueType<2> >",
+     "memory"),
+    ("void vllm::rotary_embedding_kernel<c10::BFloat16, c10::BFloat16, true>(long const*, c10::BFloat16*, c10::BFloa",
+     "rope"),
     ("<b>kernel</b>", "other"),
 ]
 

@@ -1,7 +1,8 @@
 """What a GPU kernel does, read from its name: one class per kernel, for the Case page's timeline.
 
 The rule table `RULES` is tried top to bottom and the first pattern that matches the name (case
-ignored) wins; a name no rule matches is `other`. Order matters where names overlap: a collective
+ignored) wins; a name no rule matches is `other`. Order matters where names overlap: a KV-cache write
+(`reshape_and_cache_flash_kernel`) is tried before attention (`flash`), attention before GEMMs, a collective
 (`ncclDevKernel_AllReduce...`) is tried before `reduce`, routing and expert GEMMs (`fused_moe_kernel`,
 `topk`) before plain GEMMs, a split-K reduction (`cublasLt::splitKreduce_kernel`) before the GEMM
 library it comes from, a GEMM with a fused epilogue (`..._relu`) before activations, and a fused
@@ -17,8 +18,8 @@ from typing import Literal
 
 __all__ = ["KernelClass", "Rule", "RULES", "CLASSES", "classify"]
 
-KernelClass = Literal["memory", "collective", "routing", "expert_gemm", "reduce", "activation", "quantize",
-                      "gemm", "other"]
+KernelClass = Literal["memory", "collective", "attention", "rope", "routing", "expert_gemm", "reduce",
+                      "activation", "quantize", "gemm", "other"]
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,15 @@ class Rule:
 RULES: tuple[Rule, ...] = (
     Rule("memory", r"memset|memcpy|FillFunctor|\bfill\b",
          "the runtime's `Memset (Device)` and `Memcpy HtoD/DtoD` records, and torch's fill kernels"),
+    Rule("memory", r"reshape_and_cache|concat_and_cache|index_copy|index_elementwise|vectorized_gather|"
+                   r"CatArrayBatchedCopy|direct_copy",
+         "KV-cache writes and gathers, concatenations and copies (`vllm::reshape_and_cache_flash_kernel`, torch's "
+         "`index_copy_kernel_impl`, `vectorized_gather_kernel`, `direct_copy_kernel_cuda`), before `attention`"),
     Rule("collective", r"nccl", "NCCL's kernels (`ncclDevKernel_AllReduce_Sum_bf16_RING_LL`)"),
+    Rule("attention", r"flash|fmha|sdpa|attn_fwd|attention|flashmla|mla_decode",
+         "attention kernels (FlashAttention 3's `flash::FlashAttnFwdSm90` and its `FlashAttnFwdCombine`, cuDNN's "
+         "`..._native_sdpa_sm90_flash_fprop_...`), before `gemm`: their names carry `cutlass` and `wgmma`"),
+    Rule("rope", r"rotary|rope", "rotary position embedding (`vllm::rotary_embedding_kernel`)"),
     Rule("routing", r"topk|moe_align|count_and_sort|router|gating|moe_permute|moe_unpermute|expert_map",
          "expert choice and token ordering of a MoE layer (`topk`, `topkGatingSoftmax`, `moe_align_block_size`)"),
     Rule("expert_gemm", r"fused_moe|grouped_?(gemm|mm)|moe_gemm|m_grouped|GroupProblemShape|matmul_ogs|cutlass_moe",
@@ -48,8 +57,8 @@ RULES: tuple[Rule, ...] = (
          "casts to a narrow type with scales (`per_token_group_quant_8bit_kernel`, `scaled_fp8_quant_kernel`)"),
 )
 
-CLASSES: dict[str, str] = {"gemm": "GEMM", "expert_gemm": "expert GEMM", "quantize": "quantize",
-                           "activation": "activation", "routing": "routing", "reduce": "reduce",
+CLASSES: dict[str, str] = {"gemm": "GEMM", "expert_gemm": "expert GEMM", "attention": "attention", "rope": "RoPE",
+                           "quantize": "quantize", "activation": "activation", "routing": "routing", "reduce": "reduce",
                            "collective": "collective", "memory": "memory (copy/set)", "other": "other"}
 """Every class by key, with the title a page shows; in the order a legend lists them."""
 

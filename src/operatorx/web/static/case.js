@@ -137,7 +137,8 @@
   }
 
   // classes as report/kernel_class.py names them; one colour each, `other` grey
-  const CLASS_COLOURS = { gemm: "#4a7ab5", expert_gemm: "#2a9d8f", quantize: "#e9c46a", activation: "#f4a261",
+  const CLASS_COLOURS = { gemm: "#4a7ab5", expert_gemm: "#2a9d8f", attention: "#264653", rope: "#b5838d",
+    quantize: "#e9c46a", activation: "#f4a261",
     routing: "#9b5de5", reduce: "#e76f51", collective: "#d62828", memory: "#8d99ae", other: "#bbbbbb" };
 
   // one row per kernel, a bar from its start to its end (web/timeline.py says what start means)
