@@ -6,6 +6,11 @@ for kit in base pyd vllm engine ct; do
     bash ".device-kit/$kit-1/install.sh" >> "$OUT/install.txt" 2>&1 && touch "/tmp/site/.operatorx-$kit"
   fi
 done
+# The base kit's typing_extensions (4.15) shadows the image's newer one, which the image's anyio needs
+# (`from typing_extensions import sentinel`, on the engine's fastapi import): keep the image's.
+if [ -f /tmp/site/typing_extensions.py ] && python3 -c "from typing_extensions import sentinel" 2>/dev/null; then
+  mv /tmp/site/typing_extensions.py /tmp/site/typing_extensions.py.kit
+fi
 export PYTHONPATH=/tmp/site:$PWD/src
 
 # The gpu tests of the code that runs on the GPU (measure, run, platform, the torch backends, the row
