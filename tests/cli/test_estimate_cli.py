@@ -48,6 +48,7 @@ def test_estimate_latest_as_json(tmp_path):
     assert [(u["status"], u["count"]) for u in step["unmeasured"]] == [("unsupported", 4), ("not in run", 1)]
     assert step["attention"] == [{"module": "self_attn", "used": "gemm roles",
                                   "why": "the attention case has no ok row"}]
+    assert step["not_in_scenario"][0] == "each layer's input and post-attention RMSNorm and residual adds"
 
 
 def test_estimate_table_by_id(tmp_path):
@@ -58,6 +59,7 @@ def test_estimate_table_by_id(tmp_path):
     assert "decode step: 20.00 µs; 2 of 4 ops measured, 61.5% of counts" in r.output
     assert "no gqa kernel here" in r.output and "not in run" in r.output
     assert "attention self_attn: gemm roles used" in r.output
+    assert "not in the scenario (no op times them): each layer's input and post-attention RMSNorm" in r.output
 
 
 def test_bad_scenario_file_is_one_line(tmp_path):

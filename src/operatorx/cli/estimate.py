@@ -53,6 +53,7 @@ def _print(result: object) -> None:
             _out.print(f"attention {term(a.module)}: {a.used} used ({term(a.why)})", soft_wrap=True)
         _out.print(_shares_table("by op class", step.by_class))
         _out.print(_shares_table("by layer role", step.by_role))
+        _out.print(f"not in the scenario (no op times them): {term('; '.join(step.not_in_scenario))}", soft_wrap=True)
         if step.unmeasured:
             table = Table(title="not measured (not in the step time)", title_justify="left")
             for col in ("op", "roles", "count", "status", "reason"):

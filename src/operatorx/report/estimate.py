@@ -27,10 +27,19 @@ from pydantic import BaseModel, ValidationError
 from operatorx.result import Row
 from operatorx.spec import Case
 
-__all__ = ["EstimateError", "Estimate", "StepEstimate", "Share", "Unmeasured", "AttentionChoice", "StepTokens",
-           "ScenarioFacts", "estimate", "role_of"]
+__all__ = ["NOT_IN_SCENARIO", "EstimateError", "Estimate", "StepEstimate", "Share", "Unmeasured", "AttentionChoice",
+           "StepTokens", "ScenarioFacts", "estimate", "role_of"]
 
 UnmeasuredStatus = Literal["unsupported", "error", "missing", "not in run"]
+
+#: What a served step runs that no op of a scenario file times (no op type for it here), so a step
+#: time read against an engine's knows what it leaves out.
+NOT_IN_SCENARIO: tuple[str, ...] = (
+    "each layer's input and post-attention RMSNorm and residual adds",
+    "the embedding lookup and the final norm",
+    "logits processing and sampling",
+    "the engine's host work between steps (scheduling, input preparation)",
+)
 
 
 class EstimateError(ValueError):
@@ -106,6 +115,8 @@ class StepEstimate(BaseModel):
     attention: list[AttentionChoice]
     unmeasured: list[Unmeasured]
     tokens: Optional[StepTokens]
+    not_in_scenario: list[str] = list(NOT_IN_SCENARIO)
+    """What the step runs in a server that the scenario has no op for (NOT_IN_SCENARIO)."""
 
     @property
     def counts_fraction(self) -> float:
