@@ -369,3 +369,16 @@ def test_an_mla_shard_splits_heads_and_a_dcp_one_has_no_shard():
     odd = case("gqa", [{"count": 1, "q": 1, "ctx": 8}], **{**GQA, "q_heads": 6, "kv_heads": 3}, parallel={"tp": 2}).args
     with pytest.raises(ShardRefused, match="q_heads=6 does not split 2 ways|kv_heads=3 does not split 2 ways"):
         odd.rank_shard()
+
+
+def test_attention_families_differ_in_the_batch_alone():
+    """The Shape page plots a family against the batch: one line per module and (q, ctx), never two
+    models or two contexts on one line."""
+    decode16 = case("gqa", [{"count": 16, "q": 1, "ctx": 8192}], **GQA).args
+    decode64 = case("gqa", [{"count": 64, "q": 1, "ctx": 8192}], **GQA).args
+    longer = case("gqa", [{"count": 16, "q": 1, "ctx": 32768}], **GQA).args
+    other_heads = case("gqa", [{"count": 16, "q": 1, "ctx": 8192}], **{**GQA, "kv_heads": 4}).args
+    assert decode16.family() == decode64.family() == "gqa H=64 4q/2kv×16 Mx(q1,ctx8192)"
+    assert (decode16.size(), decode64.size()) == (16, 64)
+    assert len({decode16.family(), longer.family(), other_heads.family()}) == 3
+    assert decode16.label() == "gqa H=64 4q/2kv×16 16x(q1,ctx8192)"
