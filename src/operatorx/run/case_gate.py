@@ -35,7 +35,8 @@ class Gate:
 def case_refusal(case: Case, ranks: int = DEVICES_PER_CASE) -> Optional[str]:
     """Why no backend may time this case as it stands on `ranks` ranks (None: it may)."""
     if not case.implemented:
-        return f"op type {case.type} is not implemented yet"
+        missing = type(case.args).MISSING
+        return f"op type {case.type} is not implemented yet" + (f": {missing}" if missing else "")
     if case.world > ranks:
         return (f"needs tp·dp = {case.world} GPUs of one host; this run has {ranks} (one process runs every case "
                 "here; --rank-local times one rank's shard)")

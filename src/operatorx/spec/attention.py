@@ -312,6 +312,7 @@ class QsaArgs(_GroupedHeads):
     """Gated sparse attention (Qwen3.8-Flash-Next): GQA whose attention reads the tokens an indexer picks."""
 
     TYPE = "qsa"
+    MISSING = "no backend builds gated sparse attention's indexer and budgeted selection (vLLM 0.26 has no module)"
     PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "indexer.index_qk_proj")
     index_heads: Size
     index_dim: Size
@@ -427,6 +428,9 @@ class MlaDsaArgs(_LatentHeads):
     """MLA with DeepSeek sparse attention (an indexer picks topk cached tokens)."""
 
     TYPE = "mla_dsa"
+    MISSING = ("no backend builds DeepSeek-V3.2's lightning indexer (its fp8 key cache and top-k selection) or "
+               "the sparse MLA over the picked tokens (vLLM 0.26 has them: DeepseekV2MLAAttention's Indexer, "
+               "FLASHMLA_SPARSE)")
     PROJECTIONS = ("q_a_proj", "kv_a_proj_with_mqa", "q_b_proj", "kv_b_proj", "o_proj",
                    "indexer.wq_b", "indexer.wk", "indexer.weights_proj")
     rope_theta: PositiveFloat
@@ -462,6 +466,8 @@ class Dsv4AttnArgs(AttentionArgs):
     optional indexer), one latent as K and V, grouped low-rank output."""
 
     TYPE = "dsv4_attn"
+    MISSING = ("no backend builds DeepSeek-V4's attention: its compressor, indexer, sliding-window plus "
+               "compressed-token cache and grouped low-rank output (vLLM 0.26 has them: vllm/models/deepseek_v4)")
     PROJECTIONS = ("wq_a", "wkv", "wq_b", "wo_a", "wo_b", "compressor.wkv", "compressor.wgate",
                    "indexer.wq_b", "indexer.wk", "indexer.weights_proj",
                    "indexer.compressor.wkv", "indexer.compressor.wgate")

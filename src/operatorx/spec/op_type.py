@@ -38,6 +38,8 @@ class OpArgs(SpecModel):
     """The arg the Shape page plots against (`m`, `tokens`, `batch`)."""
     IMPLEMENTED: ClassVar[bool] = True
     """False for an upstream op type this version loads but cannot run yet (its rows are unsupported)."""
+    MISSING: ClassVar[str] = ""
+    """With IMPLEMENTED False: what no backend builds yet, named on its unsupported rows."""
 
     parallel: Optional[Parallel] = None
 

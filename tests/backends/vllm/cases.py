@@ -83,3 +83,17 @@ def moe_case(scheme: str, style: str = "deepseek", tokens: int = 8, routing: Opt
     if not shared:
         args.pop("shared", None)
     return Case.model_validate({"type": "moe", "args": args})
+
+
+def prepare_and_check(backend: Any, case: Case) -> tuple[Any, Any]:
+    """(Prepared, its Check) after one timed call; the case must be supported (the reason is the message)."""
+    reason = backend.supports(case, "cuda")
+    assert reason is None, reason
+    prepared = backend.prepare(case, "cuda")
+    try:
+        check = prepared.check()
+        prepared.fn()
+        return prepared, check
+    finally:
+        if prepared.release is not None:
+            prepared.release()

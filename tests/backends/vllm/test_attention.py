@@ -13,6 +13,7 @@ from operatorx.backends.vllm.attention import VllmGqa
 from operatorx.backends.vllm.attention.batch import RESERVED_BLOCKS, batch_index
 from operatorx.backends.vllm.attention.support import module_choice, refusal
 from operatorx.spec import Case
+from tests.backends.vllm.cases import prepare_and_check
 
 GQA = {"hidden": 256, "q_heads": 8, "kv_heads": 2, "head_dim": 64, "rope_dim": 64, "rope_theta": 10000.0}
 DECODE = [{"count": 4, "q": 1, "ctx": 100}]
@@ -99,36 +100,25 @@ def vllm_gqa():
     return VllmGqa()
 
 
-def _run(backend: VllmGqa, case: Case) -> tuple[Any, Any]:
-    reason = backend.supports(case, "cuda")
-    assert reason is None, reason
-    prepared = backend.prepare(case, "cuda")
-    try:
-        check = prepared.check()
-        prepared.fn()
-        return prepared, check
-    finally:
-        if prepared.release is not None:
-            prepared.release()
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("extra", [{}, {"qk_norm": True}, {"qk_norm": True, "gate": True, "rope_dim": 32}],
                          ids=["llama", "qwen3", "qwen3next"])
 def test_decode_matches_the_reference(vllm_gqa, extra):
-    prepared, check = _run(vllm_gqa, _case(DECODE, pages="shuffled", **extra))
+    prepared, check = prepare_and_check(vllm_gqa, _case(DECODE, pages="shuffled", **extra))
     assert check.ok, check.to_json()
     meta = prepared.metadata
     assert meta["attention_backend"]["name"] and meta["attention_backend"]["class"].endswith("Backend")
     assert meta["metadata_builder"].endswith("MetadataBuilder")
     assert meta["requests"]["decode"] == 4 and meta["requests"]["prefill"] == 0
     assert meta["kv_cache"]["block_size"] == 16
+    # eager layers dispatch vLLM's IR norms to its own kernels, as an uncompiled engine does
+    assert meta["ir_op_priority"]["rms_norm"][0] == "vllm_c", meta["ir_op_priority"]
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("extra", [{}, {"qk_norm": True, "window": 40}], ids=["plain", "window"])
 def test_prefill_matches_the_reference(vllm_gqa, extra):
-    prepared, check = _run(vllm_gqa, _case(PREFILL, pages="shuffled", **extra))
+    prepared, check = prepare_and_check(vllm_gqa, _case(PREFILL, pages="shuffled", **extra))
     assert check.ok, check.to_json()
     meta = prepared.metadata
     assert meta["attention_backend"]["name"]
@@ -138,7 +128,7 @@ def test_prefill_matches_the_reference(vllm_gqa, extra):
 
 @pytest.mark.gpu
 def test_fp8_cache_decode(vllm_gqa):
-    prepared, check = _run(vllm_gqa, _case(DECODE, kv_cache_dtype="fp8", qk_norm=True))
+    prepared, check = prepare_and_check(vllm_gqa, _case(DECODE, kv_cache_dtype="fp8", qk_norm=True))
     assert check.ok, check.to_json()
     assert prepared.metadata["kv_cache"]["dtype"] == "uint8"
     assert prepared.metadata["kv_cache"]["cache_dtype"] == "fp8"
@@ -146,6 +136,6 @@ def test_fp8_cache_decode(vllm_gqa):
 
 @pytest.mark.gpu
 def test_mixed_batch_and_mrope(vllm_gqa):
-    prepared, check = _run(vllm_gqa, _case(MIXED, qk_norm=True, mrope_section=[8, 12, 12]))
+    prepared, check = prepare_and_check(vllm_gqa, _case(MIXED, qk_norm=True, mrope_section=[8, 12, 12]))
     assert check.ok, check.to_json()
     assert prepared.metadata["rotary_embedding"] == "MRotaryEmbedding"

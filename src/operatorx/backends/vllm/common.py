@@ -11,7 +11,7 @@ from operatorx.backends.refusal import library_refusal
 from operatorx.spec import Case
 
 __all__ = ["VllmBackendBase", "built_metadata", "vllm_refusals", "class_name", "kernel_of_linear",
-           "describe_custom_ops"]
+           "describe_custom_ops", "describe_ir_priority"]
 
 
 @contextmanager
@@ -65,6 +65,16 @@ def kernel_of_linear(layer: Any) -> dict[str, Optional[str]]:
 def describe_custom_ops(config: Any) -> Any:
     try:
         return list(config.compilation_config.custom_ops)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def describe_ir_priority(config: Any) -> Any:
+    """Which implementation each vLLM IR op dispatches to, in priority order (None: no IR ops)."""
+    try:
+        from dataclasses import asdict
+
+        return asdict(config.kernel_config.ir_op_priority)
     except Exception:  # noqa: BLE001
         return None
 
@@ -132,6 +142,7 @@ def built_metadata(layer: str, plan: Any, before: dict[str, str], after: dict[st
         "params_after_loading": after,
         "env": selection_env(),
         "custom_ops": describe_custom_ops(env.config),
+        "ir_op_priority": describe_ir_priority(env.config),
         "cuda_graph": size is not None,
         "vllm_graph_size": size,
         "max_capture_size": max(env.capture_sizes),

@@ -82,6 +82,22 @@ def selection_env() -> dict[str, Any]:
     return out
 
 
+def eager_ir_priority(cfg: Any) -> None:
+    """Dispatch vLLM IR ops (rms_norm, fused_add_rms_norm, ...) as an uncompiled engine does: its vllm_c
+    kernels first, then native torch.
+
+    Why: a default VllmConfig says inductor compiles the model, so the platform puts `native` first,
+    expecting inductor to fuse it; these layers run eagerly, where `native` is a chain of unfused torch
+    kernels that no served model runs. Set once per process (the worker does it in its __init__).
+    """
+    try:
+        from vllm.config.kernel import IrOpPriorityConfig
+    except ImportError:          # a vLLM without IR ops: its layers call their own kernels
+        return
+    cfg.kernel_config.ir_op_priority = IrOpPriorityConfig.with_default(["vllm_c", "native"])
+    cfg.kernel_config.ir_op_priority.set_default()
+
+
 def build_quant_config(spec: Optional[QuantConfigSpec]) -> Any:
     """Instantiate the config class from the checkpoint-style dict (None → unquantized)."""
     if spec is None:
@@ -135,6 +151,7 @@ class VllmEnv:
             cfg.model_config = stub
         except Exception:  # noqa: BLE001 - a validating setter: bypass it
             object.__setattr__(cfg, "model_config", stub)
+        eager_ir_priority(cfg)
         self.config = cfg
         self.ranks = ranks
         self.layer_count = 0

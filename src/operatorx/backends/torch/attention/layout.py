@@ -1,6 +1,7 @@
 """Where each request's tokens live: its drawn context, its pages of the KV pool, its slots, its keys.
 
-The rule: the pool holds Σ ceil((ctx + q) / PAGE_TOKENS) pages of PAGE_TOKENS tokens. `contiguous`
+The rule: the pool holds Σ ceil((ctx + q) / page_tokens) pages of page_tokens tokens (PAGE_TOKENS, 16,
+unless the caller's kernel needs other pages: vLLM's FlashMLA pages by 64). `contiguous`
 gives the requests consecutive pages in pool order; `shuffled` gives them a random permutation of the
 pool (seeded by `batch.seed`), so a request's pages are scattered as in a long-running server. A ctx
 range draws each request's context uniformly in [min, max] from `batch.seed` too, so every backend
@@ -28,9 +29,9 @@ __all__ = ["PAGE_TOKENS", "Request", "Layout", "plan_layout", "pages_for"]
 PAGE_TOKENS = 16
 
 
-def pages_for(tokens: int) -> int:
-    """Pages of PAGE_TOKENS that hold `tokens` tokens."""
-    return -(-tokens // PAGE_TOKENS)
+def pages_for(tokens: int, page_tokens: int = PAGE_TOKENS) -> int:
+    """Pages of `page_tokens` that hold `tokens` tokens."""
+    return -(-tokens // page_tokens)
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,8 @@ class Request:
     """Its pages of the pool, in token order."""
     key_start: int
     """The first position its attention reads (window: ctx - (W - 1) at least)."""
+    page_tokens: int = PAGE_TOKENS
+    """Tokens per page of the pool."""
 
     @property
     def keys(self) -> int:
@@ -52,14 +55,14 @@ class Request:
         return self.ctx + self.q - self.key_start
 
     def slot(self, position: int) -> int:
-        """The pool slot (page · PAGE_TOKENS + offset) of the token at `position`."""
-        return self.pages[position // PAGE_TOKENS] * PAGE_TOKENS + position % PAGE_TOKENS
+        """The pool slot (page · page_tokens + offset) of the token at `position`."""
+        return self.pages[position // self.page_tokens] * self.page_tokens + position % self.page_tokens
 
     def slots(self, start: int, stop: int) -> torch.Tensor:
         """The slots of positions start .. stop - 1 (int64, on the CPU)."""
         pos = torch.arange(start, stop, dtype=torch.int64)
         table = torch.tensor(self.pages, dtype=torch.int64)
-        return table[pos // PAGE_TOKENS] * PAGE_TOKENS + pos % PAGE_TOKENS
+        return table[pos // self.page_tokens] * self.page_tokens + pos % self.page_tokens
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,7 @@ class Layout:
     pool_pages: int
     pages: str
     window: Optional[int]
+    page_tokens: int = PAGE_TOKENS
 
     @property
     def tokens(self) -> int:
@@ -75,7 +79,7 @@ class Layout:
 
     @property
     def pool_slots(self) -> int:
-        return self.pool_pages * PAGE_TOKENS
+        return self.pool_pages * self.page_tokens
 
     def write_slots(self) -> torch.Tensor:
         """The slot of every new token, in row order: each call writes these same slots (ctx .. ctx + q - 1)."""
@@ -98,11 +102,12 @@ def _draws(batch: Batch) -> list[list[int]]:
     return out
 
 
-def plan_layout(batch: Batch, window: Optional[int] = None) -> Layout:
-    """Every request's context, pages, rows and first key (the rules in the module docstring)."""
+def plan_layout(batch: Batch, window: Optional[int] = None, page_tokens: int = PAGE_TOKENS) -> Layout:
+    """Every request's context, pages of `page_tokens` tokens, rows and first key (the rules in the
+    module docstring)."""
     draws = _draws(batch)
     sizes = [(gi, ctx, g.q) for gi, (g, ctxs) in enumerate(zip(batch.groups, draws, strict=True)) for ctx in ctxs]
-    total = sum(pages_for(ctx + q) for _, ctx, q in sizes)
+    total = sum(pages_for(ctx + q, page_tokens) for _, ctx, q in sizes)
     if batch.pages == "shuffled":
         gen = torch.Generator().manual_seed(batch.seed + 1)
         order = torch.randperm(total, generator=gen).tolist()
@@ -110,8 +115,8 @@ def plan_layout(batch: Batch, window: Optional[int] = None) -> Layout:
         order = list(range(total))
     requests, row, page = [], 0, 0
     for gi, ctx, q in sizes:
-        n = pages_for(ctx + q)
+        n = pages_for(ctx + q, page_tokens)
         start = 0 if window is None else max(0, ctx - (window - 1))
-        requests.append(Request(gi, ctx, q, row, tuple(order[page:page + n]), start))
+        requests.append(Request(gi, ctx, q, row, tuple(order[page:page + n]), start, page_tokens))
         row, page = row + q, page + n
-    return Layout(tuple(requests), total, batch.pages, window)
+    return Layout(tuple(requests), total, batch.pages, window, page_tokens)

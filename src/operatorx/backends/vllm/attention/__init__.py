@@ -12,13 +12,14 @@ weights, inputs and the cache as vLLM holds it. Importing this package does not 
 
 from __future__ import annotations
 
-import gc
+from contextlib import ExitStack
 from typing import Any, Optional
 
-from operatorx.backends.base import Check, Prepared, Unsupported
+from operatorx.backends.vllm.attention.base import BuiltAttention, Reference, VllmAttentionBackend
 from operatorx.backends.vllm.attention.support import module_choice, refusal
 from operatorx.spec import Case
 from operatorx.spec.attention import GqaArgs
+from operatorx.spec.op_type import OpArgs
 
 __all__ = ["VllmGqa", "BOUND"]
 
@@ -28,55 +29,24 @@ __all__ = ["VllmGqa", "BOUND"]
 BOUND = {"auto": 2e-2, "bf16": 2e-2, "fp8": 1e-1}
 
 
-class VllmGqa:
-    name = "vllm"
+class VllmGqa(VllmAttentionBackend):
     op_type = "gqa"
+    CACHE_READ = "cached K/V read back from vLLM's cache through its block table"
 
-    def supports(self, case: Case, device: str) -> Optional[str]:
-        why = refusal(case.args)
-        if why is not None:
-            return why
-        if device != "cuda":
-            return f"device {device!r}: the vllm backend runs on CUDA GPUs"
-        from operatorx.backends.vllm.env import vllm_missing
+    def refusal(self, args: OpArgs) -> Optional[str]:
+        return refusal(args)
 
-        return vllm_missing()
+    def build(self, case: Case, args: GqaArgs, stack: ExitStack) -> BuiltAttention:
+        from operatorx.backends.vllm.attention.build import build_gqa
 
-    def prepare(self, case: Case, device: str) -> Prepared:
-        args = case.args
-        assert isinstance(args, GqaArgs)
-        why = self.supports(case, device)
-        if why is not None:
-            raise Unsupported(why)
         choice = module_choice(args)
         assert not isinstance(choice, str)
-        from operatorx.backends.vllm.attention.build import build_gqa
-        from operatorx.backends.vllm.common import VllmBackendBase
+        return build_gqa(case, args, choice, stack)
 
-        built, stack = VllmBackendBase.build_in_stack(lambda stack: build_gqa(case, args, choice, stack))
-        state: dict[str, Any] = {"built": built}
+    def reference(self, args: GqaArgs, built: Any) -> Reference:
+        from operatorx.backends.torch.attention.reference import gqa_reference
 
-        def fn() -> Any:
-            return state["built"].timed()
+        return gqa_reference(args, built.weights, built.x, built.layout, built.cached)
 
-        def check() -> Check:
-            from operatorx.backends.check import rel_error
-            from operatorx.backends.torch.attention.reference import gqa_reference
-
-            b = state["built"]
-            out = b.in_layout_order(fn())
-            ref = gqa_reference(args, b.weights, b.x, b.layout, b.cached)
-            got = out[ref.rows.to(out.device)]
-            graph = "; output of the CUDA-graph replay" if b.graph is not None else ""
-            return Check(rel_error(got, ref.out), BOUND[args.kv_cache_dtype], int(ref.rows.numel()),
-                         f"{ref.what}; cached K/V read back from vLLM's cache through its block table{graph}")
-
-        layers: dict[str, Any] = {"module.forward": built.eager} if built.graph is not None else {}
-
-        def release() -> None:
-            layers.clear()
-            state.clear()
-            stack.close()
-            gc.collect()          # vLLM modules sit in reference cycles (see moe.py's release)
-
-        return Prepared(fn=fn, check=check, metadata=built.metadata, release=release, layers=layers)
+    def bound(self, args: GqaArgs) -> float:
+        return BOUND[args.kv_cache_dtype]

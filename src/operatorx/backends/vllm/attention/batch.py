@@ -3,7 +3,8 @@
 The rules, each as vLLM 0.26 has it:
 - block 0 is the null block (v1/attention/backends/utils.py NULL_BLOCK_ID = 0): the runner pads block
   tables with it and never gives it to a request, so page p of the layout is vLLM block p + 1, the pool
-  holds pool_pages + 1 blocks and a slot is block · PAGE_TOKENS + offset;
+  holds pool_pages + 1 blocks and a slot is block · page_tokens + offset (the layout's page size, which
+  is vLLM's block size: 16 for the gqa backends, what the MLA backend asks for with mla);
 - each request reads `seq_lens` = ctx + q tokens, `num_computed_tokens` = ctx, its new tokens at
   positions ctx .. ctx + q - 1;
 - a builder with a `reorder_batch_threshold` gets the batch reordered as the runner's
@@ -21,9 +22,10 @@ from typing import Optional
 
 import torch
 
-from operatorx.backends.torch.attention.layout import PAGE_TOKENS, Layout, Request
+from operatorx.backends.torch.attention.layout import Layout, Request
 
-__all__ = ["RESERVED_BLOCKS", "REGIONS", "BatchIndex", "batch_index", "region_of", "vllm_slots"]
+__all__ = ["RESERVED_BLOCKS", "REGIONS", "BatchIndex", "batch_index", "region_of", "vllm_slots", "block_offsets",
+           "cached_latents"]
 
 #: Blocks before the layout's pages: vLLM's null block.
 RESERVED_BLOCKS = 1
@@ -39,7 +41,22 @@ def region_of(r: Request, threshold: int) -> str:
 
 def vllm_slots(r: Request, start: int, stop: int) -> torch.Tensor:
     """vLLM's slots (int64) of the request's positions start .. stop - 1: the layout's, one block on."""
-    return r.slots(start, stop) + RESERVED_BLOCKS * PAGE_TOKENS
+    return r.slots(start, stop) + RESERVED_BLOCKS * r.page_tokens
+
+
+def block_offsets(r: Request, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(vLLM block, offset in the block) of the request's positions start .. stop - 1 (int64, CPU): where
+    a kernel reading the cache through the block table finds each token."""
+    slots = vllm_slots(r, start, stop)
+    return slots // r.page_tokens, slots % r.page_tokens
+
+
+def cached_latents(kv_cache: torch.Tensor, r: Request) -> torch.Tensor:
+    """fp32 [ctx, kv_lora_rank + rope_dim]: the request's cached positions 0 .. ctx - 1 read from an MLA cache
+    [num_blocks, block_size, kv_lora_rank + rope_dim] through its blocks, each row as vLLM's
+    concat_and_cache_mla writes it (the normed latent, then the rope key)."""
+    blocks, offsets = (t.to(kv_cache.device) for t in block_offsets(r, 0, r.ctx))
+    return kv_cache[blocks, offsets].float()
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from operatorx.backends.base import Unsupported
 from operatorx.backends.torch.attention.gqa import GqaWeights, gqa_weights
 from operatorx.backends.torch.attention.layout import PAGE_TOKENS, Layout, Request, plan_layout
 from operatorx.backends.torch.memory import require_memory
-from operatorx.backends.vllm.attention.batch import BatchIndex, batch_index, vllm_slots
+from operatorx.backends.vllm.attention.batch import BatchIndex, batch_index, block_offsets
 from operatorx.backends.vllm.attention.module import case_config, load_weights, make_module, max_position
 from operatorx.backends.vllm.attention.support import ModuleChoice
 from operatorx.backends.vllm.common import class_name, vllm_refusals
@@ -37,10 +37,16 @@ from operatorx.backends.vllm.graphs import CapturedCall, GraphOrEager, capture, 
 from operatorx.spec import Case
 from operatorx.spec.attention import GqaArgs
 
-__all__ = ["BuiltGqa", "build_gqa"]
+__all__ = ["BuiltGqa", "build_gqa", "FILL_CHUNK_BYTES", "allocate_cache", "common_metadata", "graph_rule",
+           "layout_order", "builder_split", "graph_notes", "capture_or_error", "cache_dtype_str"]
 
 #: Most bytes of random values generated at once while filling the cache.
-_FILL_CHUNK_BYTES = 1 << 28
+FILL_CHUNK_BYTES = 1 << 28
+
+
+def layout_order(out: torch.Tensor, index: BatchIndex) -> torch.Tensor:
+    """The module's output rows (batch order) put back in the layout's row order."""
+    return torch.empty_like(out).index_copy_(0, index.rows.to(out.device), out)
 
 
 @dataclass
@@ -74,15 +80,15 @@ class BuiltGqa(GraphOrEager):
 
     def in_layout_order(self, out: torch.Tensor) -> torch.Tensor:
         """The module's output rows (batch order) put back in the layout's row order."""
-        return torch.empty_like(out).index_copy_(0, self.index.rows.to(out.device), out)
+        return layout_order(out, self.index)
 
     def cached(self, r: Request) -> tuple[torch.Tensor, torch.Tensor]:
         """fp32 K, V [ctx - key_start, kv_heads, head_dim] of the request's cached positions, read through
         its blocks as the kernel reads them (K the first head_dim of each token's row, V the rest), fp8
         dequantized with the layer's k/v scales."""
         d = self.attn.head_size
-        slots = vllm_slots(r, r.key_start, r.ctx).to(self.kv_cache.device)
-        rows = self.kv_cache[slots // PAGE_TOKENS, :, slots % PAGE_TOKENS]        # [n, kv_heads, 2d]
+        blocks, offsets = (t.to(self.kv_cache.device) for t in block_offsets(r, r.key_start, r.ctx))
+        rows = self.kv_cache[blocks, :, offsets]                                   # [n, kv_heads, 2d]
         k, v = rows[..., :d], rows[..., d:]
         if rows.dtype == torch.uint8:
             fp8 = torch.float8_e4m3fn
@@ -97,44 +103,58 @@ def _device_bytes(args: GqaArgs, layout: Layout) -> int:
     weights = (q_out + 2 * args.kv_heads * d + args.q_heads * d) * h * 2
     cache = (layout.pool_pages + 1) * PAGE_TOKENS * 2 * args.kv_heads * d * (1 if args.kv_cache_dtype == "fp8" else 2)
     acts = t * (2 * h + q_out + 2 * args.kv_heads * d + args.q_heads * d) * 2 * 4
-    return weights + cache + acts + _FILL_CHUNK_BYTES * 3 + (1 << 28)
+    return weights + cache + acts + FILL_CHUNK_BYTES * 3 + (1 << 28)
+
+
+def cache_dtype_str(spec: Any, cache_config: Any) -> str:
+    """The cache_dtype_str the runner hands get_kv_cache_shape: "auto" for an unquantized cache, else the
+    spec's (or the cache config's) cache dtype."""
+    from vllm.v1.kv_cache_interface import KVQuantMode
+
+    if spec.kv_quant_mode == KVQuantMode.NONE:
+        return "auto"
+    return str(getattr(spec, "cache_dtype_str", None) or cache_config.cache_dtype)
 
 
 def _kv_cache(backend: Any, spec: Any, cache_config: Any, num_blocks: int, gen: torch.Generator) -> torch.Tensor:
     """The layer's cache, laid out and filled (module docstring); refused when its logical shape is not
     the (blocks, kv_heads, block_size, 2·head_size) one every 0.26 backend uses and `cached` reads."""
-    from vllm.v1.kv_cache_interface import KVQuantMode
-
-    cache_dtype_str = ("auto" if spec.kv_quant_mode == KVQuantMode.NONE
-                       else getattr(spec, "cache_dtype_str", None) or cache_config.cache_dtype)
     shape = tuple(backend.get_kv_cache_shape(num_blocks, spec.block_size, spec.num_kv_heads, spec.head_size,
-                                             cache_dtype_str=cache_dtype_str))
+                                             cache_dtype_str=cache_dtype_str(spec, cache_config)))
     want = (num_blocks, spec.num_kv_heads, spec.block_size, 2 * spec.head_size)
     if shape != want:
         raise Unsupported(f"{backend.get_name()}: KV cache shape {shape} is not the (blocks, kv_heads, block_size, "
                           f"2·head_size) = {want} layout this backend reads back")
+    return allocate_cache(backend, shape, spec.dtype, gen)
+
+
+def allocate_cache(backend: Any, shape: tuple[int, ...], dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
+    """The logical `shape` (blocks first) laid out in the backend's get_kv_cache_stride_order, as the runner's
+    _reshape_attention_kv_cache does, and filled block by block with random format-valid values (bf16
+    normals; for fp8 their e4m3 bytes)."""
     try:
         order = tuple(backend.get_kv_cache_stride_order())
         assert len(order) == len(shape)
     except (AttributeError, NotImplementedError):
         order = tuple(range(len(shape)))
     inverse = [order.index(i) for i in range(len(order))]
-    cache = torch.empty([shape[i] for i in order], dtype=spec.dtype, device="cuda").permute(*inverse)
+    cache = torch.empty([shape[i] for i in order], dtype=dtype, device="cuda").permute(*inverse)
+    num_blocks = shape[0]
     per_block = cache[0].numel() * 4
-    step = max(1, _FILL_CHUNK_BYTES // per_block)
+    step = max(1, FILL_CHUNK_BYTES // per_block)
     for b0 in range(0, num_blocks, step):
         b1 = min(num_blocks, b0 + step)
         values = torch.randn((b1 - b0, *shape[1:]), generator=gen, device="cuda", dtype=torch.bfloat16)
-        if spec.dtype == torch.uint8:
+        if dtype == torch.uint8:
             cache[b0:b1].copy_(values.to(torch.float8_e4m3fn).view(torch.uint8))
-        elif spec.dtype == torch.bfloat16:
+        elif dtype == torch.bfloat16:
             cache[b0:b1].copy_(values)
         else:
-            raise Unsupported(f"kv cache dtype {spec.dtype}: this backend fills bf16 and fp8 (uint8) caches")
+            raise Unsupported(f"kv cache dtype {dtype}: this backend fills bf16 and fp8 (uint8) caches")
     return cache
 
 
-def _common_metadata(index: BatchIndex) -> Any:
+def common_metadata(index: BatchIndex) -> Any:
     from vllm.v1.attention.backend import CommonAttentionMetadata
 
     cuda = torch.device("cuda")
@@ -147,7 +167,7 @@ def _common_metadata(index: BatchIndex) -> Any:
         is_prefilling=index.is_prefilling, positions=index.positions.to(cuda))
 
 
-def _graph_rule(config: Any, index: BatchIndex, env: VllmEnv) -> tuple[bool, Optional[int], str]:
+def graph_rule(config: Any, index: BatchIndex, env: VllmEnv) -> tuple[bool, Optional[int], str]:
     """(capture, the size vLLM would pad to, cudagraph_mode's name)."""
     mode = getattr(config.compilation_config, "cudagraph_mode", None)
     name = "unset" if mode is None else str(mode)
@@ -191,7 +211,7 @@ def build_gqa(case: Case, args: GqaArgs, choice: ModuleChoice, stack: ExitStack)
     kv_cache = _kv_cache(backend, spec, cache_config, index.num_blocks, gen)
     bind_kv_cache({layer_name: kv_cache}, config.compilation_config.static_forward_context, [])
     with vllm_refusals(f"the {backend.get_name()} metadata builder", construction=True):
-        attn_metadata = builder.build(common_prefix_len=0, common_attn_metadata=_common_metadata(index))
+        attn_metadata = builder.build(common_prefix_len=0, common_attn_metadata=common_metadata(index))
 
     x = torch.randn(layout.tokens, args.hidden, generator=gen, device="cuda", dtype=torch.bfloat16)
     positions = index.positions.to("cuda")
@@ -202,27 +222,49 @@ def build_gqa(case: Case, args: GqaArgs, choice: ModuleChoice, stack: ExitStack)
     with vllm_refusals(f"the forward ({backend.get_name()})", construction=False):
         built.eager()
         torch.cuda.synchronize()
-    take, size, mode = _graph_rule(config, index, env)
-    graph_error = None
-    if take:
-        try:
-            built.graph = capture(built.eager)
-        except RuntimeError as err:                   # recorded; the row then times the eager call
-            graph_error = f"{type(err).__name__}: {str(err).splitlines()[0][:300]}" if str(err) else repr(err)
+    take, size, mode = graph_rule(config, index, env)
+    graph_error = capture_or_error(built) if take else None
     built.metadata = _metadata(args, choice, built, builder, spec, size, mode, graph_error)
     return built
 
 
+def capture_or_error(built: GraphOrEager) -> Optional[str]:
+    """Capture `built.eager` as its CUDA graph; None, or the capture's error (recorded; the row then times
+    the eager call)."""
+    try:
+        built.graph = capture(built.eager)
+    except RuntimeError as err:
+        return f"{type(err).__name__}: {str(err).splitlines()[0][:300]}" if str(err) else repr(err)
+    return None
+
+
+def builder_split(md: Any, index: BatchIndex, builder: Any) -> Any:
+    """A decode/prefill-splitting builder's own counts (num_decodes, ...), else why there are none."""
+    if not index.reordered:
+        return f"none: {type(builder).__name__} runs one kernel over the whole batch"
+    return {k: getattr(md, k) for k in ("num_decodes", "num_prefills", "num_decode_tokens", "num_prefill_tokens")
+            if hasattr(md, k)}
+
+
+def graph_notes(meta: dict[str, Any], graph: Optional[CapturedCall], size: Optional[int], num_tokens: int,
+                graph_error: Optional[str]) -> dict[str, Any]:
+    """`meta` with graph_error / graph_note added where they apply."""
+    if graph_error is not None:
+        meta["graph_error"] = graph_error
+    if graph is not None and size is not None and size != num_tokens:
+        meta["graph_note"] = f"vLLM would pad T={num_tokens} to its captured size {size}; timed at T"
+    if graph is None:
+        meta["graph_note"] = ("eager: vLLM runs attention eagerly for this batch (piecewise graphs around it in "
+                              "serving)" if graph_error is None else "eager: the capture failed")
+    return meta
+
+
 def _metadata(args: GqaArgs, choice: ModuleChoice, b: BuiltGqa, builder: Any, spec: Any, size: Optional[int],
               mode: str, graph_error: Optional[str]) -> dict[str, Any]:
-    from operatorx.backends.vllm.common import describe_custom_ops
+    from operatorx.backends.vllm.common import describe_custom_ops, describe_ir_priority
     from operatorx.backends.vllm.env import selection_env, vllm_version
 
     backend, impl, md = b.attn.attn_backend, b.attn.impl, b.attn_metadata
-    split = None
-    if b.index.reordered:          # a decode/prefill-splitting builder: its own counts
-        split = {k: getattr(md, k) for k in ("num_decodes", "num_prefills", "num_decode_tokens",
-                                             "num_prefill_tokens") if hasattr(md, k)}
     meta: dict[str, Any] = {
         "framework": f"vllm {vllm_version()}",
         "module": choice.path,
@@ -239,8 +281,7 @@ def _metadata(args: GqaArgs, choice: ModuleChoice, b: BuiltGqa, builder: Any, sp
                      "bytes": b.kv_cache.numel() * b.kv_cache.element_size(),
                      "sliding_window": getattr(spec, "sliding_window", None)},
         "requests": {**b.index.region_counts(), "batch_reordered": b.index.reordered,
-                     "builder_split": split if split is not None else
-                     f"none: {type(builder).__name__} runs one kernel over the whole batch"},
+                     "builder_split": builder_split(md, b.index, builder)},
         "aot_schedule": getattr(md, "scheduler_metadata", None) is not None,
         "max_num_splits": getattr(md, "max_num_splits", None),
         "query_quant": class_name(getattr(b.attn, "query_quant", None)),
@@ -252,14 +293,8 @@ def _metadata(args: GqaArgs, choice: ModuleChoice, b: BuiltGqa, builder: Any, sp
         "vllm_graph_size": size if b.graph is not None else None,
         "env": selection_env(),
         "custom_ops": describe_custom_ops(b.config),
+        "ir_op_priority": describe_ir_priority(b.config),
         "synthetic_weights": "random N(0, 1/in) bf16 (gqa_weights), q/k norms near 1",
         "ctx": b.layout.ctx_summary(),
     }
-    if graph_error is not None:
-        meta["graph_error"] = graph_error
-    if b.graph is not None and size is not None and size != b.index.num_tokens:
-        meta["graph_note"] = f"vLLM would pad T={b.index.num_tokens} to its captured size {size}; timed at T"
-    if b.graph is None:
-        meta["graph_note"] = ("eager: vLLM runs attention eagerly for this batch (piecewise graphs around it in "
-                              "serving)" if graph_error is None else "eager: the capture failed")
-    return meta
+    return graph_notes(meta, b.graph, size, b.index.num_tokens, graph_error)

@@ -24,7 +24,8 @@ from operatorx.backends.vllm.attention.support import CACHE_DTYPE, ModuleChoice
 from operatorx.backends.vllm.weights import load_params
 from operatorx.spec.attention import GqaArgs
 
-__all__ = ["ModelConfigStandIn", "case_config", "make_module", "load_weights", "max_position"]
+__all__ = ["ModelConfigStandIn", "case_config", "config_with", "model_stand_in", "make_module", "load_weights",
+           "max_position"]
 
 
 class ModelConfigStandIn(SimpleNamespace):
@@ -48,23 +49,34 @@ def _set(obj: Any, name: str, value: Any) -> None:
         object.__setattr__(obj, name, value)
 
 
-def case_config(env_config: Any, args: GqaArgs) -> tuple[Any, Any, ModelConfigStandIn]:
-    """(VllmConfig, CacheConfig, model config) of the case: a shallow copy of the process config
-    (its compilation config, hence its layer registry, shared) with the case's cache and model."""
-    from vllm.config import CacheConfig
-
-    cache = CacheConfig(block_size=PAGE_TOKENS, cache_dtype=CACHE_DTYPE[args.kv_cache_dtype])
+def model_stand_in(env_config: Any, heads: int, kv_heads: int, head_size: int, use_mla: bool,
+                   **extra: Any) -> ModelConfigStandIn:
+    """The process config's model stand-in with one attention layer's sizes (and `extra` fields)."""
     base = dict(vars(env_config.model_config))
-    model = ModelConfigStandIn(**{
-        **base, "num_attention_heads": args.q_heads, "num_key_value_heads": args.kv_heads,
-        "head_dim": args.head_dim, "is_moe": False,
+    return ModelConfigStandIn(**{
+        **base, "num_attention_heads": heads, "num_key_value_heads": kv_heads, "head_dim": head_size,
+        "is_moe": False,
         # read by Attention.__init__, fa_utils.get_flash_attn_version, FlashAttentionMetadataBuilder
         "is_mm_prefix_lm": False, "is_diffusion": False, "rswa_window": None, "multimodal_config": None,
-        "is_encoder_decoder": False, "use_mla": False, "quantization": None})
+        "is_encoder_decoder": False, "use_mla": use_mla, "quantization": None, **extra})
+
+
+def config_with(env_config: Any, cache: Any, model: Any) -> Any:
+    """A shallow copy of the process config (its compilation config, hence its layer registry, shared)
+    with the case's cache and model configs."""
     cfg = copy.copy(env_config)
     _set(cfg, "cache_config", cache)
     _set(cfg, "model_config", model)
-    return cfg, cache, model
+    return cfg
+
+
+def case_config(env_config: Any, args: GqaArgs) -> tuple[Any, Any, ModelConfigStandIn]:
+    """(VllmConfig, CacheConfig, model config) of a gqa case (config_with's copy)."""
+    from vllm.config import CacheConfig
+
+    cache = CacheConfig(block_size=PAGE_TOKENS, cache_dtype=CACHE_DTYPE[args.kv_cache_dtype])
+    model = model_stand_in(env_config, args.q_heads, args.kv_heads, args.head_dim, use_mla=False)
+    return config_with(env_config, cache, model), cache, model
 
 
 def max_position(layout: Layout) -> int:

@@ -1,0 +1,118 @@
+"""What every vllm attention backend shares: the refusal order, the prepared case and its check.
+
+The rule: `supports` asks the op's own refusal first (by field), then the device, then whether vLLM
+imports; `prepare` builds inside one ExitStack (closed on failure, or by the Prepared's release), times
+the built module's graph replay or eager call, and checks the reference requests' rows of one more call
+against the op's fp32 reference on the same weights, inputs and cache contents. A subclass names its
+op type, its refusal, its build and its reference: one module per op, as the op-type interface asks.
+Importing this module does not import vLLM.
+"""
+
+from __future__ import annotations
+
+import gc
+from contextlib import ExitStack
+from typing import Any, ClassVar, Optional, Protocol
+
+import torch
+
+from operatorx.backends.base import Check, Prepared, Unsupported
+from operatorx.spec import Case
+from operatorx.spec.op_type import OpArgs
+
+__all__ = ["BuiltAttention", "Reference", "VllmAttentionBackend"]
+
+
+class Reference(Protocol):
+    """What an fp32 reference returns: the layout rows it checks, their output, what it computed."""
+
+    @property
+    def rows(self) -> torch.Tensor: ...
+
+    @property
+    def out(self) -> torch.Tensor: ...
+
+    @property
+    def what(self) -> str: ...
+
+
+class BuiltAttention(Protocol):
+    """What a build hands the backend (BuiltGqa, BuiltMla, ...)."""
+
+    graph: Any
+    metadata: dict[str, Any]
+
+    def eager(self) -> Any: ...
+
+    def timed(self) -> Any: ...
+
+    def in_layout_order(self, out: torch.Tensor) -> torch.Tensor: ...
+
+
+class VllmAttentionBackend:
+    """One attention op type through vLLM's own module (module docstring)."""
+
+    name = "vllm"
+    op_type: ClassVar[str]
+    #: How the check read the cache back, for its description.
+    CACHE_READ: ClassVar[str]
+
+    def refusal(self, args: OpArgs) -> Optional[str]:
+        """None when this backend can build the case (vLLM and the device aside); else why, by field."""
+        raise NotImplementedError
+
+    def build(self, case: Case, args: Any, stack: ExitStack) -> BuiltAttention:
+        """The module, its filled cache and metadata, the timed call (imports vLLM)."""
+        raise NotImplementedError
+
+    def reference(self, args: Any, built: Any) -> Reference:
+        """The fp32 reference of the same module on the built case's weights, inputs and cache."""
+        raise NotImplementedError
+
+    def bound(self, args: Any) -> float:
+        """The check's ||out - ref|| / ||ref|| bound for the case."""
+        raise NotImplementedError
+
+    def supports(self, case: Case, device: str) -> Optional[str]:
+        why = self.refusal(case.args)
+        if why is not None:
+            return why
+        if device != "cuda":
+            return f"device {device!r}: the vllm backend runs on CUDA GPUs"
+        from operatorx.backends.vllm.env import vllm_missing
+
+        return vllm_missing()
+
+    def prepare(self, case: Case, device: str) -> Prepared:
+        args = case.args
+        why = self.supports(case, device)
+        if why is not None:
+            raise Unsupported(why)
+        from operatorx.backends.vllm.common import VllmBackendBase
+
+        built, stack = VllmBackendBase.build_in_stack(lambda stack: self.build(case, args, stack))
+        state: dict[str, Any] = {"built": built}
+
+        def fn() -> Any:
+            return state["built"].timed()
+
+        def check() -> Check:
+            from operatorx.backends.check import rel_error
+
+            b = state["built"]
+            out = b.in_layout_order(fn())
+            ref = self.reference(args, b)
+            got = out[ref.rows.to(out.device)]
+            graph = "; output of the CUDA-graph replay" if b.graph is not None else ""
+            return Check(rel_error(got, ref.out), self.bound(args), int(ref.rows.numel()),
+                         f"{ref.what}; {self.CACHE_READ}{graph}")
+
+        layers: dict[str, Any] = {"module.forward": built.eager} if built.graph is not None else {}
+
+        def release() -> None:
+            layers.clear()
+            state.clear()
+            stack.close()
+            gc.collect()          # vLLM modules sit in reference cycles (see moe.py's release)
+
+        return Prepared(fn=fn, check=check, metadata=built.metadata, release=release, layers=layers)

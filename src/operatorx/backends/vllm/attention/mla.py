@@ -1,0 +1,53 @@
+"""The vllm mla backend: DeepSeek-V2/V3's DeepseekV2MLAAttention from vLLM 0.26's own model code, timed over a
+filled paged latent cache.
+
+prepare (untimed, mla_build.py): the module built under the case's cache config, the torch backend's
+bf16 MLA weights loaded into it (fused_qkv_a_proj = [q_a; kv_a]) and vLLM's process_weights_after_loading
+(kv_b_proj split into W_UK_T / W_UV), the MLA backend vLLM picked and the block size it prefers, a
+latent cache [blocks, block_size, kv_lora_rank + rope_dim] allocated and bound as vLLM's runner does
+and filled with random values for every request's context, the backend's metadata built once from the
+layout (decodes first, split from prefills at the builder's threshold). fn (timed): the module's forward
+inside vLLM's forward context: fused q/kv-a projection, norms, q_b_proj, RoPE (YaRN), the cache write
+of the new tokens, forward_mqa (absorbed) for the decodes and forward_mha (up-projected, chunked
+context) for the prefills, o_proj. check: the reference requests' rows against the torch backend's
+fp32 absorbed-form reference on the same weights, inputs and the cache as vLLM holds it.
+Importing this module does not import vLLM.
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from typing import Any, Optional
+
+from operatorx.backends.vllm.attention.base import BuiltAttention, Reference, VllmAttentionBackend
+from operatorx.backends.vllm.attention.support import mla_refusal
+from operatorx.spec import Case
+from operatorx.spec.attention import MlaArgs
+from operatorx.spec.op_type import OpArgs
+
+__all__ = ["VllmMla", "MLA_BOUND"]
+
+#: ||out - ref|| / ||ref|| with a bf16 cache: the bf16 module's roundings (the torch backend's bound); the
+#: absorbed decode path also rounds q·W_UK and the latent mix to bf16 before W_UV.
+MLA_BOUND = 2e-2
+
+
+class VllmMla(VllmAttentionBackend):
+    op_type = "mla"
+    CACHE_READ = "cached latents read back from vLLM's cache through its block table"
+
+    def refusal(self, args: OpArgs) -> Optional[str]:
+        return mla_refusal(args)
+
+    def build(self, case: Case, args: MlaArgs, stack: ExitStack) -> BuiltAttention:
+        from operatorx.backends.vllm.attention.mla_build import build_mla
+
+        return build_mla(case, args, stack)
+
+    def reference(self, args: MlaArgs, built: Any) -> Reference:
+        from operatorx.backends.torch.attention.reference import mla_reference
+
+        return mla_reference(args, built.weights, built.x, built.layout, built.cached)
+
+    def bound(self, args: MlaArgs) -> float:
+        return MLA_BOUND
