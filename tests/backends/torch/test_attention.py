@@ -172,3 +172,62 @@ def test_upstream_attention_rank_local_rows_are_shards_or_say_what_is_missing(tm
     last = outcome.rows[-1]
     assert last.status == "ok" and last.rank_local is not None and last.check is not None and last.check.ok
     assert last.rank_local.shard["q_heads"] == 64 // last.case.world
+
+
+def _reference_inputs(case: Case) -> tuple[Any, Any, torch.Tensor, Any]:
+    from operatorx.backends.torch.attention.gqa import gqa_weights
+    from operatorx.backends.torch.attention.mla import mla_weights
+
+    args = case.args
+    gen = torch.Generator().manual_seed(7)
+    weights = gqa_weights(args, gen, "cpu") if case.type == "gqa" else mla_weights(args, gen, "cpu")
+    layout = plan_layout(args.batch)
+    x = torch.randn(layout.tokens, args.hidden, generator=gen)
+    return args, weights, x, layout
+
+
+def test_the_reference_quantizes_each_projection_input_it_is_told_to():
+    """`act` sees the module input of every reference request, then each attention output before o_proj."""
+    from operatorx.backends.torch.attention.reference import gqa_reference, reference_requests
+
+    args, w, x, layout = _reference_inputs(_case("gqa", MIXED))
+    gen = torch.Generator().manual_seed(8)
+    kv = {r.row0: (torch.randn(r.ctx, args.kv_heads, args.head_dim, generator=gen),) * 2 for r in layout.requests}
+    seen: list[tuple[int, ...]] = []
+
+    def spy(t: torch.Tensor) -> torch.Tensor:
+        seen.append(tuple(t.shape))
+        return t.float()
+
+    plain = gqa_reference(args, w, x, layout, lambda r: kv[r.row0])
+    spied = gqa_reference(args, w, x, layout, lambda r: kv[r.row0], act=spy)
+    assert torch.equal(plain.out, spied.out)
+    want = []
+    for r in reference_requests(layout):
+        want += [(r.q, args.hidden), (min(r.q, 64), args.q_heads * args.head_dim)]
+    assert seen == want
+    rounded = gqa_reference(args, w, x, layout, lambda r: kv[r.row0], act=lambda t: t.to(torch.bfloat16).float())
+    rel = float((rounded.out - plain.out).norm() / plain.out.norm())
+    assert 1e-4 < rel < 1e-2, rel
+
+
+def test_the_mla_reference_quantizes_latents_only_for_the_requests_named():
+    from operatorx.backends.torch.attention.reference import mla_reference, reference_requests
+
+    args, w, x, layout = _reference_inputs(_case("mla", MIXED))
+    gen = torch.Generator().manual_seed(9)
+    cache = {r.row0: torch.randn(r.ctx, args.kv_lora_rank + args.rope_dim, generator=gen) for r in layout.requests}
+    seen: list[tuple[int, ...]] = []
+
+    def spy(t: torch.Tensor) -> torch.Tensor:
+        seen.append(tuple(t.shape))
+        return t.float()
+
+    mla_reference(args, w, x, layout, lambda r: cache[r.row0], act=spy, latent_quantized=lambda r: r.q > 1)
+    want = []
+    for r in reference_requests(layout):
+        want += [(r.q, args.hidden), (r.q, args.q_lora_rank)]
+        if r.q > 1:                                           # kv_b_proj over every latent it attends
+            want.append((r.ctx + r.q, args.kv_lora_rank))
+        want.append((min(r.q, 64), args.heads * args.v))
+    assert seen == want

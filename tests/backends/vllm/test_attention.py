@@ -20,6 +20,9 @@ DECODE = [{"count": 4, "q": 1, "ctx": 100}]
 PREFILL = [{"count": 2, "q": 33, "ctx": 0}, {"count": 2, "q": 33, "ctx": 50}]
 MIXED = [{"count": 2, "q": 40, "ctx": 0}, {"count": 3, "q": 1, "ctx": 70}, {"count": 1, "q": 20, "ctx": 30}]
 FP8 = {"dtype": "e4m3", "scale": {"dtype": "fp32", "group": [1, 128], "static": False}}
+FP8_BLOCK_W = {"dtype": "e4m3", "scale": {"dtype": "fp32", "group": [128, 128], "static": True}}
+#: Block FP8 on every projection, as an FP8 checkpoint (Qwen3-*-FP8) stores them.
+FP8_PROJ = {name: {"a": FP8, "b": FP8_BLOCK_W} for name in ("q_proj", "k_proj", "v_proj", "o_proj")}
 
 
 def _case(groups: list[dict[str, Any]], pages: str = "contiguous", **extra: Any) -> Case:
@@ -41,7 +44,8 @@ def test_module_choice_by_form(extra, cls):
 @pytest.mark.parametrize(("extra", "words"), [
     ({"gate": True}, "gate without qk_norm"),
     ({"gate": True, "qk_norm": True, "window": 32}, "gate with window"),
-    ({"proj": {"q_proj": {"a": FP8, "b": FP8}}}, "proj.q_proj: quantized attention projections"),
+    ({"proj": {"q_proj": {"a": FP8, "b": FP8}}}, "proj.q_proj: dynamic weight scales"),
+    ({"proj": {"q_proj": {"a": FP8, "b": FP8_BLOCK_W}}}, "bf16 beside quantized projections"),
     ({"parallel": {"tp": 2}}, "multi-rank vLLM attention is not built"),
 ])
 def test_refusals_name_their_field(extra, words):
@@ -139,3 +143,15 @@ def test_mixed_batch_and_mrope(vllm_gqa):
     prepared, check = prepare_and_check(vllm_gqa, _case(MIXED, qk_norm=True, mrope_section=[8, 12, 12]))
     assert check.ok, check.to_json()
     assert prepared.metadata["rotary_embedding"] == "MRotaryEmbedding"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("groups", [DECODE, MIXED], ids=["decode", "mixed"])
+def test_block_fp8_projections(vllm_gqa, groups):
+    prepared, check = prepare_and_check(vllm_gqa, _case(groups, qk_norm=True, proj=FP8_PROJ))
+    assert check.ok, check.to_json()
+    assert "fp8_block activations quantized with" in check.reference
+    proj = prepared.metadata["projections"]
+    assert proj["scheme"] == "fp8_block" and proj["quant_config"] == "Fp8Config"
+    for name in ("qkv_proj", "o_proj"):
+        assert proj["layers"][name]["quant_method"] == "Fp8LinearMethod", proj

@@ -26,6 +26,10 @@ DECODE = [{"count": 16, "q": 1, "ctx": 1024}]
 PREFILL = [{"count": 1, "q": 512, "ctx": 0}]
 MIXED = [{"count": 4, "q": 1, "ctx": 1024}, {"count": 1, "q": 600, "ctx": 300}, {"count": 1, "q": 700, "ctx": 0}]
 FP8 = {"dtype": "e4m3", "scale": {"dtype": "fp32", "group": [1, 128], "static": False}}
+FP8_BLOCK_W = {"dtype": "e4m3", "scale": {"dtype": "fp32", "group": [128, 128], "static": True}}
+#: DeepSeek-V3's block-FP8 projections (every one).
+FP8_PROJ = {name: {"a": FP8, "b": FP8_BLOCK_W}
+            for name in ("q_a_proj", "kv_a_proj_with_mqa", "q_b_proj", "kv_b_proj", "o_proj")}
 
 
 def _case(groups: list[dict[str, Any]], pages: str = "contiguous", **extra: Any) -> Case:
@@ -37,13 +41,15 @@ def _case(groups: list[dict[str, Any]], pages: str = "contiguous", **extra: Any)
 
 def test_deepseek_v3_is_accepted():
     assert mla_refusal(_case(DECODE).args) is None
+    assert mla_refusal(_case(DECODE, proj=FP8_PROJ).args) is None     # its block-FP8 checkpoint too
 
 
 @pytest.mark.parametrize(("extra", "words"), [
     ({"gate": True}, "gate: MLA's output gate"),
     ({"kv_cache_dtype": "fp8"}, "kv_cache_dtype=fp8"),
     ({"rope": False, "rope_theta": None, "rope_scaling": None}, "rope off"),
-    ({"proj": {"q_b_proj": {"a": FP8, "b": FP8}}}, "proj.q_b_proj: quantized attention projections"),
+    ({"proj": {"q_b_proj": {"a": FP8, "b": FP8}}}, "proj.q_b_proj: dynamic weight scales"),
+    ({"proj": {"q_b_proj": {"a": FP8, "b": FP8_BLOCK_W}}}, "bf16 beside quantized projections"),
     ({"parallel": {"tp": 2}}, "multi-rank vLLM attention is not built"),
 ])
 def test_refusals_name_their_field(extra, words):
@@ -197,3 +203,17 @@ def test_mixed_batch_matches_the_reference(vllm_mla):
     assert split["num_decodes"] + split["num_prefills"] == 6 and split["num_prefills"] >= 1
     assert meta["chunked_context"] is True                    # the ctx-300 extend reads its context in chunks
     assert meta["cuda_graph"] is False
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("groups", [DECODE, MIXED], ids=["decode", "mixed"])
+def test_block_fp8_projections(vllm_mla, groups):
+    """DeepSeek-V3's FP8 checkpoint form, one rank of tp8 (16 heads); the mixed batch runs kv_b_proj as an
+    fp8 layer over the prefills' latents."""
+    prepared, check = prepare_and_check(vllm_mla, _case(groups, pages="shuffled", heads=16, proj=FP8_PROJ))
+    assert check.ok, check.to_json()
+    assert "fp8_block activations quantized with" in check.reference
+    proj = prepared.metadata["projections"]
+    assert proj["scheme"] == "fp8_block"
+    for name in ("fused_qkv_a_proj", "q_b_proj", "kv_b_proj", "o_proj"):
+        assert proj["layers"][name]["quant_method"] == "Fp8LinearMethod", proj

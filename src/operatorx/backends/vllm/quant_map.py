@@ -20,7 +20,7 @@ from operatorx.spec.operand import Operand
 
 __all__ = ["QuantConfigSpec", "Plan", "Scheme", "pair_scheme", "gemm_plan", "moe_plan", "SELECTION_ENV",
            "capture_sizes", "MAX_CAPTURE_SIZE", "MoeAct", "moe_activation", "GateWiring", "gate_wiring",
-           "SWIGLUOAI_KERNEL_DEFAULTS"]
+           "SWIGLUOAI_KERNEL_DEFAULTS", "linear_plan"]
 
 Scheme = Literal["bf16", "fp8_tensor_static", "fp8_token_tensor", "fp8_token_channel", "fp8_block", "mxfp4_w4a16",
                  "int4_w4a16"]
@@ -255,6 +255,11 @@ def _with_scale_dtype(plan: Plan, w: Operand) -> Plan:
                        notes=plan.notes + ("block weight scales stored in bf16 (as the checkpoint has them); vLLM's "
                                            "loader copies them into its fp32 weight_scale_inv",))
     return plan
+
+
+def linear_plan(scheme: Scheme, w: Operand) -> Plan:
+    """The plan of a linear layer of `scheme` whose weight is `w` (a model's projection)."""
+    return _with_scale_dtype(_plan(scheme, "gemm"), w)
 
 
 def gemm_plan(args: GemmArgs) -> Union[Plan, str]:

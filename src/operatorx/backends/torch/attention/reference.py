@@ -27,7 +27,7 @@ from operatorx.backends.torch.attention.mla import MlaWeights, softmax_scale
 from operatorx.backends.torch.attention.rope import Pairing, inv_freq, yarn_mscale
 from operatorx.spec.attention import GqaArgs, MlaArgs, RopeScaling
 
-__all__ = ["REF_TOKENS", "ReferenceRows", "CachedKv", "CachedLatent", "gqa_reference", "mla_reference",
+__all__ = ["REF_TOKENS", "ReferenceRows", "CachedKv", "CachedLatent", "Activation", "gqa_reference", "mla_reference",
            "reference_requests"]
 
 #: New tokens of a request the reference recomputes at most.
@@ -37,6 +37,8 @@ REF_TOKENS = 64
 CachedKv = Callable[[Request], tuple[torch.Tensor, torch.Tensor]]
 #: request -> fp32 [ctx, kv_lora_rank + rope_dim]: its cached normed latents and rope keys.
 CachedLatent = Callable[[Request], torch.Tensor]
+#: x [rows, K] fp32 -> fp32 values as a projection's activation quantization leaves them.
+Activation = Callable[[torch.Tensor], torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -112,13 +114,19 @@ def _rope_part(x: torch.Tensor, rope_dim: int, positions: torch.Tensor, theta: f
     return torch.cat((_rotate(x[..., :rope_dim], positions, theta, None, "neox"), x[..., rope_dim:]), dim=-1)
 
 
-def gqa_reference(args: GqaArgs, w: GqaWeights, x: torch.Tensor, layout: Layout, cached: CachedKv) -> ReferenceRows:
-    """The fp32 gqa module over the reference requests' chosen rows (module docstring)."""
+def _fp32(x: torch.Tensor) -> torch.Tensor:
+    return x.float()
+
+
+def gqa_reference(args: GqaArgs, w: GqaWeights, x: torch.Tensor, layout: Layout, cached: CachedKv,
+                  act: Activation = _fp32) -> ReferenceRows:
+    """The fp32 gqa module over the reference requests' chosen rows (module docstring); `act` is what the
+    projections' activation quantization does to their inputs (none: fp32)."""
     d, heads, kv_heads = args.head_dim, args.q_heads, args.kv_heads
     wq, wk, wv, wo = w.q.float(), w.k.float(), w.v.float(), w.o.float()
     rows, outs = [], []
     for r in reference_requests(layout):
-        xr = x[r.row0:r.row0 + r.q].float()
+        xr = act(x[r.row0:r.row0 + r.q].float())
         pos_new = torch.arange(r.ctx, r.ctx + r.q, device=x.device)
         q = F.linear(xr, wq).view(r.q, heads, -1)
         gate = q[..., d:] if args.gate else None
@@ -137,26 +145,30 @@ def gqa_reference(args: GqaArgs, w: GqaWeights, x: torch.Tensor, layout: Layout,
         out = _softmax_attend(q[pick], k, v, pos_new[pick], k_pos, d ** -0.5, args.window)
         if gate is not None:
             out = out * torch.sigmoid(gate[pick])
-        outs.append(F.linear(out.reshape(len(pick), heads * d), wo))
+        outs.append(F.linear(act(out.reshape(len(pick), heads * d)), wo))
         rows.append(pick + r.row0)
     return ReferenceRows(torch.cat(rows), torch.cat(outs),
                          "fp32 gqa per request: projections, norms, RoPE from fp64 angles, masked softmax over the "
                          "cached and new keys, gate, o_proj")
 
 
-def mla_reference(args: MlaArgs, w: MlaWeights, x: torch.Tensor, layout: Layout,
-                  cached: CachedLatent) -> ReferenceRows:
-    """The fp32 MLA module over the reference requests' chosen rows, in the absorbed form."""
+def mla_reference(args: MlaArgs, w: MlaWeights, x: torch.Tensor, layout: Layout, cached: CachedLatent,
+                  act: Activation = _fp32, latent_quantized: Optional[Callable[[Request], bool]] = None
+                  ) -> ReferenceRows:
+    """The fp32 MLA module over the reference requests' chosen rows, in the absorbed form. `act`: the
+    projections' activation quantization (none: fp32); `latent_quantized(request)`: whether the backend runs
+    kv_b_proj as a layer over that request's latents (an up-projected prefill: they pass `act` too) rather
+    than folding its weights into the query and output (the absorbed decode form)."""
     heads, r_rank, nope, rope_dim, dv = args.heads, args.kv_lora_rank, args.nope, args.rope_dim, args.v
     kv_b = w.kv_b.float().view(heads, nope + dv, r_rank)
     w_uk, w_uv = kv_b[:, :nope], kv_b[:, nope:]                       # [heads, nope, r], [heads, v, r]
     scale = softmax_scale(args)
     rows, outs = [], []
     for req in reference_requests(layout):
-        xr = x[req.row0:req.row0 + req.q].float()
+        xr = act(x[req.row0:req.row0 + req.q].float())
         pos_new = torch.arange(req.ctx, req.ctx + req.q, device=x.device)
         q_latent = _rms(F.linear(xr, w.q_a.float()), w.q_a_norm)
-        q = F.linear(q_latent, w.q_b.float()).view(req.q, heads, nope + rope_dim)
+        q = F.linear(act(q_latent), w.q_b.float()).view(req.q, heads, nope + rope_dim)
         kv_a = F.linear(xr, w.kv_a.float())
         latent_new = _rms(kv_a[:, :r_rank], w.kv_a_norm)
         k_rope_new = kv_a[:, r_rank:]
@@ -167,6 +179,8 @@ def mla_reference(args: MlaArgs, w: MlaWeights, x: torch.Tensor, layout: Layout,
                                  "interleaved")[:, 0]
         old = cached(req).to(x.device)
         latent = torch.cat((old[:, :r_rank], latent_new))             # [L, r]
+        if latent_quantized is not None and latent_quantized(req):
+            latent = act(latent)
         k_rope = torch.cat((old[:, r_rank:], k_rope_new))             # [L, rope]
         pick = _token_offsets(req.q).to(x.device)
         q_absorbed = torch.einsum("nhd,hdr->nhr", q_nope[pick], w_uk)  # [n, heads, r]
@@ -177,7 +191,7 @@ def mla_reference(args: MlaArgs, w: MlaWeights, x: torch.Tensor, layout: Layout,
         probs = torch.softmax(scores.masked_fill(~allowed[None], -math.inf), dim=-1)
         mixed = torch.einsum("hnl,lr->nhr", probs, latent)              # [n, heads, r]
         out = torch.einsum("nhr,hvr->nhv", mixed, w_uv).reshape(len(pick), heads * dv)
-        outs.append(F.linear(out, w.o.float()))
+        outs.append(F.linear(act(out), w.o.float()))
         rows.append(pick + req.row0)
     return ReferenceRows(torch.cat(rows), torch.cat(outs),
                          "fp32 MLA per request in the absorbed form (scores against the latent through kv_b's key "

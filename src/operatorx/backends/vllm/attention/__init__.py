@@ -16,7 +16,7 @@ from contextlib import ExitStack
 from typing import Any, Optional
 
 from operatorx.backends.vllm.attention.base import BuiltAttention, Reference, VllmAttentionBackend
-from operatorx.backends.vllm.attention.support import module_choice, refusal
+from operatorx.backends.vllm.attention.support import module_choice, projection_bound, refusal
 from operatorx.spec import Case
 from operatorx.spec.attention import GqaArgs
 from operatorx.spec.op_type import OpArgs
@@ -43,10 +43,11 @@ class VllmGqa(VllmAttentionBackend):
         assert not isinstance(choice, str)
         return build_gqa(case, args, choice, stack)
 
-    def reference(self, args: GqaArgs, built: Any) -> Reference:
+    def reference(self, args: GqaArgs, built: Any, flavor: str) -> Reference:
         from operatorx.backends.torch.attention.reference import gqa_reference
+        from operatorx.backends.vllm.attention.proj import activation
 
-        return gqa_reference(args, built.weights, built.x, built.layout, built.cached)
+        return gqa_reference(args, built.weights, built.x, built.layout, built.cached, activation(built.plan, flavor))
 
     def bound(self, args: GqaArgs) -> float:
-        return BOUND[args.kv_cache_dtype]
+        return max(BOUND[args.kv_cache_dtype], projection_bound(args))

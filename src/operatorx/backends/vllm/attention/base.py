@@ -41,6 +41,8 @@ class BuiltAttention(Protocol):
 
     graph: Any
     metadata: dict[str, Any]
+    plan: Any
+    """The projections' quant_map Plan."""
 
     def eager(self) -> Any: ...
 
@@ -65,8 +67,9 @@ class VllmAttentionBackend:
         """The module, its filled cache and metadata, the timed call (imports vLLM)."""
         raise NotImplementedError
 
-    def reference(self, args: Any, built: Any) -> Reference:
-        """The fp32 reference of the same module on the built case's weights, inputs and cache."""
+    def reference(self, args: Any, built: Any, flavor: str) -> Reference:
+        """The fp32 reference of the same module on the built case's weights, inputs and cache, its
+        projections' activations quantized as `flavor` says (proj.activation)."""
         raise NotImplementedError
 
     def bound(self, args: Any) -> float:
@@ -98,14 +101,21 @@ class VllmAttentionBackend:
 
         def check() -> Check:
             from operatorx.backends.check import rel_error
+            from operatorx.backends.vllm.attention.proj import flavors
 
             b = state["built"]
             out = b.in_layout_order(fn())
-            ref = self.reference(args, b)
-            got = out[ref.rows.to(out.device)]
+            best: Optional[tuple[float, str, Reference]] = None
+            for flavor in flavors(b.plan):           # the activation scales vLLM may have used: the closest
+                ref = self.reference(args, b, flavor)
+                err = rel_error(out[ref.rows.to(out.device)], ref.out)
+                if best is None or err < best[0]:
+                    best = (err, flavor, ref)
+            assert best is not None
+            err, flavor, ref = best
             graph = "; output of the CUDA-graph replay" if b.graph is not None else ""
-            return Check(rel_error(got, ref.out), self.bound(args), int(ref.rows.numel()),
-                         f"{ref.what}; {self.CACHE_READ}{graph}")
+            scales = "" if flavor == "none" else f"; {b.plan.scheme} activations quantized with {flavor} scales"
+            return Check(err, self.bound(args), int(ref.rows.numel()), f"{ref.what}; {self.CACHE_READ}{graph}{scales}")
 
         layers: dict[str, Any] = {"module.forward": built.eager} if built.graph is not None else {}
 

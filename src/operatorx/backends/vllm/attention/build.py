@@ -30,10 +30,12 @@ from operatorx.backends.torch.attention.layout import PAGE_TOKENS, Layout, Reque
 from operatorx.backends.torch.memory import require_memory
 from operatorx.backends.vllm.attention.batch import BatchIndex, batch_index, block_offsets
 from operatorx.backends.vllm.attention.module import case_config, load_weights, make_module, max_position
-from operatorx.backends.vllm.attention.support import ModuleChoice
+from operatorx.backends.vllm.attention.proj import projection_kernels, quant_config_of
+from operatorx.backends.vllm.attention.support import ModuleChoice, projection_plan
 from operatorx.backends.vllm.common import class_name, vllm_refusals
 from operatorx.backends.vllm.env import VllmEnv
 from operatorx.backends.vllm.graphs import CapturedCall, GraphOrEager, capture, graph_size
+from operatorx.backends.vllm.quant_map import Plan
 from operatorx.spec import Case
 from operatorx.spec.attention import GqaArgs
 
@@ -68,6 +70,8 @@ class BuiltGqa(GraphOrEager):
     attn_metadata: Any
     slot_mapping: torch.Tensor
     forward_context: Any
+    plan: Plan
+    """The projections' plan (bf16 or block FP8)."""
     graph: Optional[CapturedCall] = None
     metadata: dict[str, Any] = field(default_factory=dict)
 
@@ -191,14 +195,20 @@ def build_gqa(case: Case, args: GqaArgs, choice: ModuleChoice, stack: ExitStack)
     prefix = env.unique_prefix("self_attn")
     layer_name = f"{prefix}.attn"
     stack.callback(env.forget_layer, layer_name)         # registered by Attention.__init__
+    plan = projection_plan(args)
+    assert not isinstance(plan, str), plan                   # refused in supports()
+    with vllm_refusals(f"the quant config {plan.quant.cls if plan.quant else None}", construction=True):
+        quant_config = quant_config_of(plan)
     with vllm_refusals(f"to build {choice.cls}", construction=True), torch.device("cuda"):
-        module = make_module(choice, args, cache_config, prefix, max_position(layout))
+        module = make_module(choice, args, cache_config, prefix, max_position(layout), quant_config)
+    layers = projection_kernels(module, ("qkv_proj", "o_proj"), plan)
     attn = module.attn
     if attn.layer_name != layer_name:
         raise RuntimeError(f"{choice.cls}: its Attention layer is {attn.layer_name!r}, expected {layer_name!r}")
     gen = torch.Generator(device="cuda").manual_seed(case.seed())
-    weights = gqa_weights(args, gen, "cuda")
-    load_weights(module, choice, weights, model_config)
+    with vllm_refusals("to load the projections", construction=True):
+        weights = load_weights(module, choice, gqa_weights(args, gen, "cuda"), model_config, plan)
+    layers = projection_kernels(module, ("qkv_proj", "o_proj"), plan)     # some methods pick the kernel at PWAL
 
     backend = attn.attn_backend
     spec = attn.get_kv_cache_spec(config)
@@ -218,13 +228,14 @@ def build_gqa(case: Case, args: GqaArgs, choice: ModuleChoice, stack: ExitStack)
     if args.mrope_section is not None:              # the runner's mrope positions [3, T]: t = h = w for text
         positions = positions.expand(3, -1).contiguous()
     built = BuiltGqa(module, attn, layer_name, config, layout, index, weights, x, x[index.rows.to("cuda")],
-                     positions, kv_cache, attn_metadata, index.slot_mapping.to("cuda"), set_forward_context)
+                     positions, kv_cache, attn_metadata, index.slot_mapping.to("cuda"), set_forward_context, plan)
     with vllm_refusals(f"the forward ({backend.get_name()})", construction=False):
         built.eager()
         torch.cuda.synchronize()
     take, size, mode = graph_rule(config, index, env)
     graph_error = capture_or_error(built) if take else None
     built.metadata = _metadata(args, choice, built, builder, spec, size, mode, graph_error)
+    built.metadata["projections"] = layers
     return built
 
 

@@ -20,7 +20,7 @@ from contextlib import ExitStack
 from typing import Any, Optional
 
 from operatorx.backends.vllm.attention.base import BuiltAttention, Reference, VllmAttentionBackend
-from operatorx.backends.vllm.attention.support import mla_refusal
+from operatorx.backends.vllm.attention.support import mla_refusal, projection_bound
 from operatorx.spec import Case
 from operatorx.spec.attention import MlaArgs
 from operatorx.spec.op_type import OpArgs
@@ -44,10 +44,12 @@ class VllmMla(VllmAttentionBackend):
 
         return build_mla(case, args, stack)
 
-    def reference(self, args: MlaArgs, built: Any) -> Reference:
+    def reference(self, args: MlaArgs, built: Any, flavor: str) -> Reference:
         from operatorx.backends.torch.attention.reference import mla_reference
+        from operatorx.backends.vllm.attention.proj import activation
 
-        return mla_reference(args, built.weights, built.x, built.layout, built.cached)
+        return mla_reference(args, built.weights, built.x, built.layout, built.cached, activation(built.plan, flavor),
+                             built.latent_quantized)
 
     def bound(self, args: MlaArgs) -> float:
-        return MLA_BOUND
+        return max(MLA_BOUND, projection_bound(args))

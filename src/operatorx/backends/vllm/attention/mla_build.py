@@ -45,15 +45,19 @@ from operatorx.backends.vllm.attention.mla_module import (
     set_block_size,
 )
 from operatorx.backends.vllm.attention.module import max_position
-from operatorx.backends.vllm.attention.support import DEEPSEEK_MLA
+from operatorx.backends.vllm.attention.proj import projection_kernels, quant_config_of
+from operatorx.backends.vllm.attention.support import DEEPSEEK_MLA, projection_plan
 from operatorx.backends.vllm.common import class_name, vllm_refusals
 from operatorx.backends.vllm.env import VllmEnv
 from operatorx.backends.vllm.graphs import CapturedCall, GraphOrEager
+from operatorx.backends.vllm.quant_map import Plan
 from operatorx.spec import Case
 from operatorx.spec.attention import MlaArgs
 
 __all__ = ["BuiltMla", "build_mla", "device_bytes", "WORKSPACE_TOKENS"]
 
+#: The module's projection layers.
+MLA_LAYERS = ("fused_qkv_a_proj", "q_b_proj", "kv_b_proj", "o_proj")
 #: The MLA builders' chunked-prefill workspace at most (MLACommonMetadataBuilder's 64k-token cap).
 WORKSPACE_TOKENS = 64 * 1024
 
@@ -78,6 +82,8 @@ class BuiltMla(GraphOrEager):
     attn_metadata: Any
     slot_mapping: torch.Tensor
     forward_context: Any
+    plan: Plan
+    """The projections' plan (bf16 or block FP8)."""
     graph: Optional[CapturedCall] = None
     metadata: dict[str, Any] = field(default_factory=dict)
 
@@ -90,6 +96,16 @@ class BuiltMla(GraphOrEager):
 
     def in_layout_order(self, out: torch.Tensor) -> torch.Tensor:
         return layout_order(out, self.index)
+
+    def latent_quantized(self, r: Request) -> bool:
+        """Whether vLLM runs kv_b_proj as a layer over the request's latents: a request after the builder's
+        decodes (forward_mha, up-projected); the decodes fold kv_b_proj's weights in (forward_mqa)."""
+        decodes = getattr(self.attn_metadata, "num_decodes", None)
+        if decodes is None:
+            raise RuntimeError(f"{class_name(self.attn_metadata)}: no num_decodes; which requests ran the "
+                               "up-projected prefill is unknown")
+        position = self.index.order.index(self.layout.requests.index(r))
+        return position >= int(decodes)
 
     def cached(self, r: Request) -> torch.Tensor:
         """fp32 [ctx, kv_lora_rank + rope_dim] of the request's cached positions, read through its blocks."""
@@ -141,8 +157,12 @@ def build_mla(case: Case, args: MlaArgs, stack: ExitStack) -> BuiltMla:
     prefix = env.unique_prefix("self_attn")
     layer_name = f"{prefix}.attn"
     stack.callback(env.forget_layer, layer_name)         # registered by MLAAttention.__init__
+    plan = projection_plan(args)
+    assert not isinstance(plan, str), plan                   # refused in supports()
+    with vllm_refusals(f"the quant config {plan.quant.cls if plan.quant else None}", construction=True):
+        quant_config = quant_config_of(plan)
     with vllm_refusals(f"to build {DEEPSEEK_MLA.cls}", construction=True), torch.device("cuda"):
-        module = make_mla_module(config, args, cache_config, prefix, positions_max, longest)
+        module = make_mla_module(config, args, cache_config, prefix, positions_max, longest, quant_config)
     attn = module.mla_attn.mla_attn
     if attn.layer_name != layer_name:
         raise RuntimeError(f"{DEEPSEEK_MLA.cls}: its MLAAttention layer is {attn.layer_name!r}, expected "
@@ -151,8 +171,9 @@ def build_mla(case: Case, args: MlaArgs, stack: ExitStack) -> BuiltMla:
     block_size = set_block_size(config, backend)
     layout = plan_layout(args.batch, None, block_size)
     gen = torch.Generator(device="cuda").manual_seed(case.seed())
-    weights = mla_weights(args, gen, "cuda")
-    load_mla_weights(module, weights, model_config)
+    with vllm_refusals("to load the projections", construction=True):
+        weights = load_mla_weights(module, mla_weights(args, gen, "cuda"), model_config, plan)
+    layers = projection_kernels(module, MLA_LAYERS, plan)
 
     spec = attn.get_kv_cache_spec(config)
     if spec.block_size != layout.page_tokens:
@@ -169,13 +190,14 @@ def build_mla(case: Case, args: MlaArgs, stack: ExitStack) -> BuiltMla:
     x = torch.randn(layout.tokens, args.hidden, generator=gen, device="cuda", dtype=torch.bfloat16)
     built = BuiltMla(module, attn, layer_name, config, layout, index, weights, x, x[index.rows.to("cuda")],
                      index.positions.to("cuda"), kv_cache, attn_metadata, index.slot_mapping.to("cuda"),
-                     set_forward_context)
+                     set_forward_context, plan)
     with vllm_refusals(f"the forward ({backend.get_name()})", construction=False):
         built.eager()
         torch.cuda.synchronize()
     take, size, mode = graph_rule(config, index, env)
     graph_error = capture_or_error(built) if take else None
     built.metadata = _metadata(args, built, builder, spec, size, mode, graph_error)
+    built.metadata["projections"] = layers
     return built
 
 

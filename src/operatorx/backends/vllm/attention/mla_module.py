@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import importlib
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -29,16 +30,19 @@ from operatorx.backends.base import Unsupported
 from operatorx.backends.torch.attention.gqa import RMS_EPS
 from operatorx.backends.torch.attention.mla import MlaWeights
 from operatorx.backends.vllm.attention.module import ModelConfigStandIn, config_with, model_stand_in
+from operatorx.backends.vllm.attention.proj import load_stored, store
 from operatorx.backends.vllm.attention.support import CACHE_DTYPE, DEEPSEEK_MLA
+from operatorx.backends.vllm.quant_map import Plan
 from operatorx.backends.vllm.weights import load_params
 from operatorx.spec.attention import MlaArgs
 
-__all__ = ["MLA_PARAMS", "mla_case_config", "set_block_size", "rope_parameters", "make_mla_module",
+__all__ = ["MLA_PARAMS", "MLA_NORMS", "mla_case_config", "set_block_size", "rope_parameters", "make_mla_module",
            "load_mla_weights"]
 
-#: The module's own parameters before process_weights_after_loading (q_lora_rank set).
-MLA_PARAMS = frozenset({"fused_qkv_a_proj.weight", "q_a_layernorm.weight", "q_b_proj.weight",
-                        "kv_a_layernorm.weight", "kv_b_proj.weight", "o_proj.weight"})
+#: The module's norm parameters (its projections' parameters follow the plan: proj.store).
+MLA_NORMS = frozenset({"q_a_layernorm.weight", "kv_a_layernorm.weight"})
+#: The module's own parameters with bf16 projections, before process_weights_after_loading (q_lora_rank set).
+MLA_PARAMS = MLA_NORMS | {"fused_qkv_a_proj.weight", "q_b_proj.weight", "kv_b_proj.weight", "o_proj.weight"}
 
 
 def mla_case_config(env_config: Any, args: MlaArgs, positions: int) -> tuple[Any, Any, ModelConfigStandIn]:
@@ -78,7 +82,7 @@ def rope_parameters(args: MlaArgs) -> dict[str, Any]:
 
 
 def make_mla_module(config: Any, args: MlaArgs, cache_config: Any, prefix: str, positions: int,
-                    longest: int) -> Any:
+                    longest: int, quant_config: Any = None) -> Any:
     """DeepseekV2MLAAttention on the current device under the current config; refused when its rotary table
     is shorter than the `longest` sequence of the batch (YaRN tables original_max · factor positions)."""
     cls = getattr(importlib.import_module(DEEPSEEK_MLA.module), DEEPSEEK_MLA.cls)
@@ -86,7 +90,7 @@ def make_mla_module(config: Any, args: MlaArgs, cache_config: Any, prefix: str, 
     module = cls(vllm_config=config, config=hf, hidden_size=args.hidden, num_heads=args.heads,
                  qk_nope_head_dim=args.nope, qk_rope_head_dim=args.rope_dim, v_head_dim=args.v,
                  q_lora_rank=args.q_lora_rank, kv_lora_rank=args.kv_lora_rank, max_position_embeddings=positions,
-                 cache_config=cache_config, quant_config=None, prefix=prefix)
+                 cache_config=cache_config, quant_config=quant_config, prefix=prefix)
     rotary = module.rotary_emb
     if int(rotary.rotary_dim) != args.rope_dim:
         raise RuntimeError(f"{DEEPSEEK_MLA.cls}: vLLM's rotary embedding turns {rotary.rotary_dim} dims, "
@@ -98,19 +102,25 @@ def make_mla_module(config: Any, args: MlaArgs, cache_config: Any, prefix: str, 
     return module
 
 
-def load_mla_weights(module: Any, w: MlaWeights, model_config: Any) -> None:
-    """Copy the weights into the module's parameters, then vLLM's process_weights_after_loading."""
+def load_mla_weights(module: Any, w: MlaWeights, model_config: Any, plan: Plan) -> MlaWeights:
+    """Store the weights as the plan's checkpoint would (proj.store; fused_qkv_a_proj as the one
+    [q_a; kv_a] matrix it holds), copy them into the module's parameters, then vLLM's
+    process_weights_after_loading; returns the weights as stored (dequantized), which the reference reads."""
     from vllm.model_executor.model_loader.utils import process_weights_after_loading
 
     name = DEEPSEEK_MLA.cls
+    stored = {"fused_qkv_a_proj": store(torch.cat([w.q_a, w.kv_a]), plan), "q_b_proj": store(w.q_b, plan),
+              "kv_b_proj": store(w.kv_b, plan), "o_proj": store(w.o, plan)}
+    expected = {f"{layer}.{t}" for layer, s in stored.items() for t in s.tensors} | MLA_NORMS
     have = {n for n, _ in module.named_parameters()}
-    if have != MLA_PARAMS:
-        raise RuntimeError(f"{name}: parameters {sorted(have)}, this backend fills {sorted(MLA_PARAMS)}")
-    load_params(module.fused_qkv_a_proj, {"weight": torch.cat([w.q_a, w.kv_a])}, f"{name}.fused_qkv_a_proj")
+    if have != expected:
+        raise RuntimeError(f"{name}: parameters {sorted(have)}, this backend fills {sorted(expected)}")
+    for layer, s in stored.items():
+        load_stored(getattr(module, layer), s, f"{name}.{layer}")
     load_params(module.q_a_layernorm, {"weight": w.q_a_norm}, f"{name}.q_a_layernorm")
-    load_params(module.q_b_proj, {"weight": w.q_b}, f"{name}.q_b_proj")
     load_params(module.kv_a_layernorm, {"weight": w.kv_a_norm}, f"{name}.kv_a_layernorm")
-    load_params(module.kv_b_proj, {"weight": w.kv_b}, f"{name}.kv_b_proj")
-    load_params(module.o_proj, {"weight": w.o}, f"{name}.o_proj")
     process_weights_after_loading(module, model_config, torch.device("cuda"))
     module.requires_grad_(False)
+    q_a, kv_a = torch.split(stored["fused_qkv_a_proj"].weight, [w.q_a.shape[0], w.kv_a.shape[0]])
+    return replace(w, q_a=q_a, kv_a=kv_a, q_b=stored["q_b_proj"].weight, kv_b=stored["kv_b_proj"].weight,
+                   o=stored["o_proj"].weight)

@@ -4,15 +4,17 @@ The module is the one support.module_choice names, built as its model builds it 
 arguments, an HF-style config object where it reads one), on cuda under the case's config: vLLM's
 process config (env.py) with this case's CacheConfig (block_size 16, cache_dtype) and a model-config
 stand-in that answers what the attention layer, its backend selection and its metadata builder read
-(heads, kv heads, head size, dtype). The weights are gqa_weights' bf16 tensors, loaded as the
-checkpoint loader would hand them over: qkv_proj = [q; k; v], o_proj, the q/k norms (Qwen3-Next's
-GemmaRMSNorm stores w - 1), then vLLM's own process_weights_after_loading.
+(heads, kv heads, head size, dtype). The weights are gqa_weights' bf16 tensors in the projections'
+stored form (proj.py: bf16, or e4m3 with block scales), loaded as the checkpoint loader would hand them
+over: qkv_proj = [q; k; v], o_proj, the q/k norms (Qwen3-Next's GemmaRMSNorm stores w - 1), then vLLM's
+own process_weights_after_loading.
 """
 
 from __future__ import annotations
 
 import copy
 import importlib
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -20,7 +22,9 @@ import torch
 
 from operatorx.backends.torch.attention.gqa import RMS_EPS, GqaWeights
 from operatorx.backends.torch.attention.layout import PAGE_TOKENS, Layout
+from operatorx.backends.vllm.attention.proj import load_stored, store
 from operatorx.backends.vllm.attention.support import CACHE_DTYPE, ModuleChoice
+from operatorx.backends.vllm.quant_map import Plan
 from operatorx.backends.vllm.weights import load_params
 from operatorx.spec.attention import GqaArgs
 
@@ -100,8 +104,10 @@ def _rope_parameters(args: GqaArgs) -> dict[str, Any]:
     return out
 
 
-def make_module(choice: ModuleChoice, args: GqaArgs, cache_config: Any, prefix: str, positions: int) -> Any:
-    """The module, built on the current device (the caller's torch.device) under the current config."""
+def make_module(choice: ModuleChoice, args: GqaArgs, cache_config: Any, prefix: str, positions: int,
+                quant_config: Any = None) -> Any:
+    """The module, built on the current device (the caller's torch.device) under the current config, its
+    projections under `quant_config` (None: bf16)."""
     cls = getattr(importlib.import_module(choice.module), choice.cls)
     rope = _rope_parameters(args)
     if choice.cls == "Qwen3NextAttention":
@@ -109,11 +115,11 @@ def make_module(choice: ModuleChoice, args: GqaArgs, cache_config: Any, prefix: 
                                  num_key_value_heads=args.kv_heads, head_dim=args.head_dim,
                                  max_position_embeddings=positions, rope_parameters=rope,
                                  rms_norm_eps=RMS_EPS, attn_output_gate=True)
-        module = cls(config, model_config=None, cache_config=cache_config, quant_config=None, prefix=prefix)
+        module = cls(config, model_config=None, cache_config=cache_config, quant_config=quant_config, prefix=prefix)
     elif choice.cls == "Qwen3Attention":
         module = cls(hidden_size=args.hidden, num_heads=args.q_heads, num_kv_heads=args.kv_heads,
                      rope_parameters=rope, max_position=positions, head_dim=args.head_dim, rms_norm_eps=RMS_EPS,
-                     qkv_bias=False, cache_config=cache_config, quant_config=None, prefix=prefix,
+                     qkv_bias=False, cache_config=cache_config, quant_config=quant_config, prefix=prefix,
                      per_layer_sliding_window=args.window)
     else:
         from vllm.model_executor.models.utils import extract_layer_index
@@ -123,7 +129,7 @@ def make_module(choice: ModuleChoice, args: GqaArgs, cache_config: Any, prefix: 
             config.layer_types = ["sliding_attention"] * (extract_layer_index(prefix) + 1)
             config.sliding_window = args.window
         module = cls(config=config, hidden_size=args.hidden, num_heads=args.q_heads, num_kv_heads=args.kv_heads,
-                     max_position_embeddings=positions, quant_config=None, bias=False, bias_o_proj=False,
+                     max_position_embeddings=positions, quant_config=quant_config, bias=False, bias_o_proj=False,
                      cache_config=cache_config, prefix=prefix)
     rotary = module.rotary_emb
     if int(rotary.rotary_dim) != args.rope_dim:
@@ -142,20 +148,25 @@ def _norm_weight(w: torch.Tensor, offset: bool) -> torch.Tensor:
     return stored
 
 
-def load_weights(module: Any, choice: ModuleChoice, w: GqaWeights, model_config: Any) -> None:
-    """Copy the weights into the module's parameters, then vLLM's process_weights_after_loading."""
+def load_weights(module: Any, choice: ModuleChoice, w: GqaWeights, model_config: Any, plan: Plan) -> GqaWeights:
+    """Store the weights as the plan's checkpoint would (proj.store: qkv_proj as the one [q; k; v] matrix
+    it holds), copy them into the module's parameters, then vLLM's process_weights_after_loading; returns
+    the weights as stored (dequantized), which the reference reads."""
     from vllm.model_executor.model_loader.utils import process_weights_after_loading
 
-    expected = {"qkv_proj.weight", "o_proj.weight"}
+    qkv, o = store(torch.cat([w.q, w.k, w.v]), plan), store(w.o, plan)
+    expected = {f"qkv_proj.{n}" for n in qkv.tensors} | {f"o_proj.{n}" for n in o.tensors}
     if w.q_norm is not None:
         expected |= {"q_norm.weight", "k_norm.weight"}
     have = {name for name, _ in module.named_parameters()}
     if have != expected:
         raise RuntimeError(f"{choice.cls}: parameters {sorted(have)}, this backend fills {sorted(expected)}")
-    load_params(module.qkv_proj, {"weight": torch.cat([w.q, w.k, w.v])}, f"{choice.cls}.qkv_proj")
-    load_params(module.o_proj, {"weight": w.o}, f"{choice.cls}.o_proj")
+    load_stored(module.qkv_proj, qkv, f"{choice.cls}.qkv_proj")
+    load_stored(module.o_proj, o, f"{choice.cls}.o_proj")
     if w.q_norm is not None and w.k_norm is not None:
         load_params(module.q_norm, {"weight": _norm_weight(w.q_norm, choice.norm_offset)}, f"{choice.cls}.q_norm")
         load_params(module.k_norm, {"weight": _norm_weight(w.k_norm, choice.norm_offset)}, f"{choice.cls}.k_norm")
     process_weights_after_loading(module, model_config, torch.device("cuda"))
     module.requires_grad_(False)
+    q, k, v = torch.split(qkv.weight, [w.q.shape[0], w.k.shape[0], w.v.shape[0]])
+    return replace(w, q=q, k=k, v=v, o=o.weight)

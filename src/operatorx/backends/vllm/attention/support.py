@@ -8,18 +8,23 @@ The rule: a gqa case runs as the attention module of the vLLM model that has its
 M-RoPE (`mrope_section`) goes through each module's `get_rope` (vLLM's `MRotaryEmbedding`).
 An mla case runs as DeepSeek-V2/V3's `DeepseekV2MLAAttention` (q_lora_rank is always set in the spec:
 its fused_qkv_a_proj path); `mla_refusal` names what that module or this backend cannot do.
-Refused, never emulated: quantized projections (not wired here yet), a split over ranks.
+Projections: bf16, or block FP8 (128x128 weights, 1x128 dynamic activations) on all of them under one
+Fp8Config (`projection_plan`); any other scheme is refused by field, never emulated; so is a split over ranks.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 from operatorx.spec.attention import AttentionArgs, GqaArgs, MlaArgs
 from operatorx.spec.op_type import OpArgs
 
-__all__ = ["ModuleChoice", "module_choice", "refusal", "mla_refusal", "CACHE_DTYPE", "MULTI_RANK", "DEEPSEEK_MLA"]
+if TYPE_CHECKING:
+    from operatorx.backends.vllm.quant_map import Plan
+
+__all__ = ["ModuleChoice", "module_choice", "refusal", "mla_refusal", "projection_plan", "PROJECTION_SCHEMES",
+           "projection_bound", "FP8_PROJECTION_BOUND", "CACHE_DTYPE", "MULTI_RANK", "DEEPSEEK_MLA"]
 
 MULTI_RANK = "multi-rank vLLM attention is not built"
 #: `kv_cache_dtype` -> vLLM's CacheConfig.cache_dtype (config/cache.py CacheDType).
@@ -59,13 +64,65 @@ def module_choice(args: GqaArgs) -> Union[ModuleChoice, str]:
     return _QWEN3 if args.qk_norm else _LLAMA
 
 
+#: The projection schemes the attention backends load (one quant config for the module's layers).
+PROJECTION_SCHEMES = ("bf16", "fp8_block")
+
+
+def module_projections(args: AttentionArgs) -> tuple[str, ...]:
+    """The projections the case's module has: its type's, less an MLA's g_proj when it has no gate."""
+    if isinstance(args, MlaArgs) and not args.gate:
+        return tuple(n for n in args.PROJECTIONS if n != "g_proj")
+    return args.PROJECTIONS
+
+
+def projection_plan(args: AttentionArgs) -> Union[Plan, str]:
+    """The one linear plan every projection of the module shares (absent = bf16), or why there is none,
+    by field: a scheme vLLM has no layer for here (quant_map's reason), one these backends do not load
+    yet, or a mix (vLLM builds a module's projections under one quant config)."""
+    from operatorx.backends.vllm.quant_map import linear_plan, pair_scheme
+
+    chosen: dict[str, tuple[str, Any]] = {}
+    for name in module_projections(args):
+        pair = (args.proj or {}).get(name)
+        if pair is None:
+            chosen[name] = ("bf16", None)
+            continue
+        scheme = pair_scheme(pair.a, pair.b, f"proj.{name}")
+        if scheme not in PROJECTION_SCHEMES:
+            return scheme if scheme.startswith("proj.") else (
+                f"proj.{name}: {scheme} attention projections are not loaded by the vllm attention backends "
+                f"(they load {' and '.join(PROJECTION_SCHEMES)})")
+        chosen[name] = (scheme, pair.b)
+    kinds = {scheme for scheme, _ in chosen.values()}
+    if len(kinds) > 1:
+        mixed = ", ".join(f"{n}={s}" for n, (s, _) in chosen.items())
+        return (f"proj: {mixed}: bf16 beside quantized projections needs a per-layer quant config "
+                "(ignored_layers), not built")
+    scheme, weight = next(iter(chosen.values()))
+    if scheme == "bf16":
+        return linear_plan("bf16", weight)
+    scale_dtypes = {b.scale.dtype for _, b in chosen.values() if b is not None and b.scale is not None}
+    if len(scale_dtypes) > 1:
+        return f"proj: weight scales in {sorted(scale_dtypes)}: one quant config loads one scale dtype"
+    return linear_plan(scheme, weight)  # type: ignore[arg-type]
+
+
+#: ||out - ref|| / ||ref|| with block-FP8 projections: the reference quantizes the same activations with the
+#: same groups, but from fp32 inputs where the module's are bf16, so a value near a rounding boundary lands
+#: in the neighbouring e4m3 step (3 mantissa bits: a step is 6-12% of the value) now and then, in each of
+#: the chained layers.
+FP8_PROJECTION_BOUND = 4e-2
+
+
+def projection_bound(args: AttentionArgs) -> float:
+    """The check's bound the projections allow: 0 for bf16 (the module's own bound rules), else the scheme's."""
+    plan = projection_plan(args)
+    return FP8_PROJECTION_BOUND if not isinstance(plan, str) and plan.scheme == "fp8_block" else 0.0
+
+
 def _projections(args: AttentionArgs) -> Optional[str]:
-    for name, pair in (args.proj or {}).items():
-        for side, op in (("a", pair.a), ("b", pair.b)):
-            if op.dtype != "bf16" or op.arrives_as(activation=side == "a") != "bf16":
-                return f"proj.{name}: quantized attention projections are not wired into the vLLM attention " \
-                       "backend yet"
-    return None
+    plan = projection_plan(args)
+    return plan if isinstance(plan, str) else None
 
 
 def refusal(args: OpArgs) -> Optional[str]:
