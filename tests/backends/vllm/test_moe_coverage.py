@@ -537,3 +537,26 @@ def test_a_bf16_shared_mlp_beside_quantized_experts_plans_and_other_mixes_stay_r
     mixed["args"]["shared"].update({"a1": a8, "w1": w8, "w2": w8})
     why = qm.moe_plan(_args(Case.model_validate(mixed)))
     assert isinstance(why, str) and "differ" in why      # quantized shared beside bf16 experts: no such checkpoint
+
+
+def test_block_fp8_experts_and_shared_mlp_may_run_different_activation_scales() -> None:
+    """Triton experts and a FlashInfer shared-expert GEMM each pick their own scale flavor: every pair is
+    offered, the agreeing ones under the flavor's own name."""
+    gen = torch.Generator().manual_seed(4)
+    rows, h, inter = 3, 256, 128
+    x = torch.randn(rows, h, generator=gen).to(torch.bfloat16)
+    experts = [(quantize_matrix(torch.randn(2 * inter, h, generator=gen) / 11, "fp8_block"),
+                quantize_matrix(torch.randn(h, inter, generator=gen) / 11, "fp8_block")) for _ in range(2)]
+    s1 = quantize_matrix(torch.randn(2 * inter, h, generator=gen) / 11, "fp8_block")
+    s2 = quantize_matrix(torch.randn(h, inter, generator=gen) / 11, "fp8_block")
+    ids = torch.tensor([[0, 1], [1, 0], [0, 1]])
+    weights = torch.tensor([[0.75, 0.25], [0.5, 0.5], [1.0, 0.0]])
+    act = Activation.model_validate({"kind": "silu", "gated": True})
+    ref = {"experts": experts, "shared": (s1, s2, None)}
+    out = moe_reference(x, ids, weights, ref, "fp8_block", act)
+    assert set(out) == {"ue8m0", "fp32", "experts ue8m0, shared fp32", "experts fp32, shared ue8m0"}
+    routed_only = moe_reference(x, ids, weights, {"experts": experts}, "fp8_block", act)
+    shared_of = {f: out[f] - routed_only[f] for f in ("ue8m0", "fp32")}
+    torch.testing.assert_close(out["experts ue8m0, shared fp32"], routed_only["ue8m0"] + shared_of["fp32"])
+    torch.testing.assert_close(out["experts fp32, shared ue8m0"], routed_only["fp32"] + shared_of["ue8m0"])
+    assert not torch.equal(out["experts ue8m0, shared fp32"], out["ue8m0"])

@@ -87,13 +87,16 @@ def moe_reference(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, ref
 
     `routed_scale` multiplies the routed sum when vLLM scales the routed output rather than the
     top-k weights (FusedMoE(apply_routed_scale_to_output=True), Glm4MoE). The shared MLP runs its
-    own scheme (`ref["shared_scheme"]`) where the checkpoint quantizes it differently."""
+    own scheme (`ref["shared_scheme"]`) where the checkpoint quantizes it differently. When both parts
+    quantize activations, each may run its own flavor (the shared MLP is a linear layer with a kernel of
+    its own: FlashInfer's block-FP8 GEMM beside Triton experts), so every pair is offered: a flavor's own
+    name where the two agree, `experts F, shared G` where they differ."""
     shared: Optional[tuple[Any, Any, Optional[torch.Tensor]]] = ref.get("shared")
     shared_scheme = ref.get("shared_scheme", scheme) if shared is not None else None
     flavors = reference_flavors(scheme, shared_scheme)
     rows = x.shape[0]
     xq = {f: act_quant_dequant(x, scheme, _own(f, scheme)) for f in flavors}
-    out = {f: torch.zeros(rows, x.shape[1], device=x.device, dtype=torch.float32) for f in flavors}
+    routed = {f: torch.zeros(rows, x.shape[1], device=x.device, dtype=torch.float32) for f in flavors}
     ids, w = ids[:rows].long(), weights[:rows].float() * routed_scale
     biases = ref.get("expert_bias")
     for expert in torch.unique(ids).tolist():
@@ -103,16 +106,24 @@ def moe_reference(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, ref
         b1, b2 = (None, None) if biases is None else (biases[0][expert], biases[1][expert])
         scale = w[tok, slot].unsqueeze(1)
         for f in flavors:
-            out[f].index_add_(0, tok, _mlp(xq[f][tok], w1, w2, scheme, _own(f, scheme), act, b1, b2) * scale)
+            routed[f].index_add_(0, tok, _mlp(xq[f][tok], w1, w2, scheme, _own(f, scheme), act, b1, b2) * scale)
         del w1, w2
-    if shared is not None:
-        assert shared_scheme is not None
-        q1, q2, sgate = shared
-        w1, w2 = q1.dequant(), q2.dequant()
-        for f in flavors:
-            own = _own(f, shared_scheme)
-            y = _mlp(act_quant_dequant(x, shared_scheme, own), w1, w2, shared_scheme, own, act)
-            if sgate is not None:
-                y = y * torch.sigmoid(x.float() @ sgate.float().T)
-            out[f] += y
-    return out
+    if shared is None:
+        return routed
+    assert shared_scheme is not None
+    q1, q2, sgate = shared
+    w1, w2 = q1.dequant(), q2.dequant()
+    shared_out: dict[str, torch.Tensor] = {}
+    for g in ACT_FLAVORS[shared_scheme] if ACT_FLAVORS[scheme] != ("none",) else flavors:
+        own = _own(g, shared_scheme)
+        y = _mlp(act_quant_dequant(x, shared_scheme, own), w1, w2, shared_scheme, own, act)
+        if sgate is not None:
+            y = y * torch.sigmoid(x.float() @ sgate.float().T)
+        shared_out[g] = y
+    if ACT_FLAVORS[scheme] == ("none",):         # weight-only experts: the shared MLP's flavors name the output
+        return {g: routed[flavors[0]] + y for g, y in shared_out.items()}
+    if len(shared_out) == 1:                     # a bf16 shared MLP: the experts' flavors name it
+        (y,) = shared_out.values()
+        return {f: r + y for f, r in routed.items()}
+    return {(f if f == g else f"experts {f}, shared {g}"): r + y
+            for f, r in routed.items() for g, y in shared_out.items()}
