@@ -123,7 +123,10 @@ def test_a_ctx_range_draws_the_same_contexts_from_the_seed():
 
 @pytest.mark.parametrize(("op", "extra", "field"), [
     ("gqa", {"kv_cache_dtype": "fp8"}, "kv_cache_dtype=fp8"),
-    ("gqa", {"proj": {"q_proj": FP8_BLOCK}}, "proj.q_proj.a"),
+    ("gqa", {"proj": {"q_proj": FP8_BLOCK}}, "proj: q_proj=fp8_block, k_proj=bf16"),
+    ("gqa", {"proj": {n: FP8_BLOCK for n in ("q_proj", "k_proj", "v_proj", "o_proj")}},
+     "proj: block FP8 projections run through F.scaled_mm (cuBLASLt) on CUDA, not on cpu"),
+    ("gqa", {"proj": {"q_proj": {"a": FP8_BLOCK["a"], "b": FP8_BLOCK["a"]}}}, "proj.q_proj: e4m3/fp32:1x128:dyn x"),
     ("gqa", {"parallel": {"tp": 2}}, "parallel tp2"),
     ("mla", {"gate": True}, "gate"),
 ])

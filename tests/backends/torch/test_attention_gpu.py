@@ -67,3 +67,30 @@ def test_released_attention_cases_leave_nothing_behind():
 
     left = memory_left_after_release(cases, run)
     assert all(v == 0 for v in left.values()), left
+
+
+_ACT = {"dtype": "e4m3", "scale": {"dtype": "ue8m0", "group": [1, 128], "static": False}}
+_BLOCK_W = {"dtype": "e4m3", "scale": {"dtype": "ue8m0", "group": [128, 128], "static": True}}
+_NAMES = {"gqa": ("q_proj", "k_proj", "v_proj", "o_proj"),
+          "mla": ("q_a_proj", "kv_a_proj_with_mqa", "q_b_proj", "kv_b_proj", "o_proj")}
+
+
+@pytest.mark.parametrize("groups", ["decode", "chunked-prefill"])
+@pytest.mark.parametrize("op", ["gqa", "mla"])
+def test_block_fp8_projections_run_scaled_mm_and_match_the_reference(op, groups):
+    """DeepSeek-V3's / an FP8 Qwen3's checkpoint form: every projection block FP8 through F.scaled_mm."""
+    case = _case(op, GROUPS[groups])
+    args = {**case.args_dict(), "proj": {n: {"a": _ACT, "b": _BLOCK_W} for n in _NAMES[op]}}
+    if op == "mla":
+        args["heads"] = 16                       # one rank of tp8
+    case = Case.model_validate({"type": op, "args": args, "sources": ["org/model/self_attn"]})
+    backend = TorchGqa() if op == "gqa" else TorchMla()
+    assert backend.supports(case, "cuda") is None
+    p = backend.prepare(case, "cuda")
+    check = p.check()
+    assert check.ok, check
+    assert "block-FP8 projections" in check.reference
+    assert "scaled_mm" in p.metadata["calls"]["projections"]
+    names = " ".join(_kernels(p.fn)).lower()
+    assert "gemm" in names or "sm90" in names or "cutlass" in names, names[:2000]
+    p.release()

@@ -11,6 +11,7 @@ weights, inputs and cache contents.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Optional, Union
 
 import torch
@@ -22,6 +23,7 @@ from operatorx.backends.torch.attention.core import GATHER_BUDGET_BYTES, plan_ch
 from operatorx.backends.torch.attention.gqa import GqaModule, gqa_weights
 from operatorx.backends.torch.attention.layout import Layout, Request, plan_layout
 from operatorx.backends.torch.attention.mla import MlaModule, mla_weights
+from operatorx.backends.torch.attention.proj import Projection, make_projection, projection_scheme
 from operatorx.backends.torch.attention.reference import ReferenceRows, gqa_reference, mla_reference
 from operatorx.backends.torch.attention.rope import rope_table
 from operatorx.backends.torch.attention.support import refusal
@@ -34,6 +36,10 @@ __all__ = ["TorchGqa", "TorchMla", "ATTENTION_BOUND"]
 #: ||out - ref|| / ||ref|| allowed: a bf16 module rounds after each of its steps (projections, norms,
 #: RoPE, scores, softmax, PV, o_proj), each adding about bf16's half-ulp (2^-9) of relative error.
 ATTENTION_BOUND = 2e-2
+#: With block-FP8 projections: the reference quantizes the same activations with the same groups, but
+#: from fp32 inputs where the module's are bf16, so a value near a rounding boundary lands in the
+#: neighbouring e4m3 step now and then, in each of the chained layers.
+FP8_PROJECTION_BOUND = 4e-2
 _BF16 = 2
 
 
@@ -54,10 +60,20 @@ def _gathered_key_bytes(args: Union[GqaArgs, MlaArgs]) -> int:
     return (args.heads * (args.nope + args.rope_dim + args.v) + args.kv_lora_rank + args.rope_dim) * _BF16
 
 
+def _projections(args: Union[GqaArgs, MlaArgs], weights: dict[str, torch.Tensor]) -> dict[str, Projection]:
+    """Each projection as the case's scheme runs it (proj.py), from its bf16 weight."""
+    scheme, act_scale, weight_scale = projection_scheme(args)
+    return {name: make_projection(w, scheme, act_scale, weight_scale) for name, w in weights.items()}
+
+
 def _call_metadata(args: Union[GqaArgs, MlaArgs], layout: Layout, chunks: int, cache_bytes: int) -> dict[str, Any]:
     decode = sum(1 for r in layout.requests if r.q == 1)
+    scheme, act_scale, _ = projection_scheme(args)
+    projections = ("torch.nn.functional.linear (bf16)" if scheme == "bf16" else
+                   f"torch.nn.functional.scaled_mm (block_1x128_128x128, e4m3; activations quantized in the call "
+                   f"with {act_scale.dtype if act_scale else '-'} 1x128 scales)")
     return {
-        "calls": {"projections": "torch.nn.functional.linear (bf16)",
+        "calls": {"projections": projections,
                   "attention": "torch.nn.functional.scaled_dot_product_attention over K/V gathered from the "
                                "paged cache",
                   "cache_write": "index_copy_ into the pool slots of the new tokens"},
@@ -71,9 +87,13 @@ def _call_metadata(args: Union[GqaArgs, MlaArgs], layout: Layout, chunks: int, c
     }
 
 
-def _check(out: torch.Tensor, ref: ReferenceRows) -> Check:
+def _check(out: torch.Tensor, ref: ReferenceRows, args: Union[GqaArgs, MlaArgs]) -> Check:
     got = out[ref.rows.to(out.device)]
-    return Check(rel_error(got, ref.out), ATTENTION_BOUND, int(ref.rows.numel()), ref.what)
+    fp8 = projection_scheme(args)[0] == "fp8_block"
+    what = ref.what + ("; block-FP8 projections: dequantized weights, activations quantized as the call does"
+                       if fp8 else "")
+    return Check(rel_error(got, ref.out), FP8_PROJECTION_BOUND if fp8 else ATTENTION_BOUND, int(ref.rows.numel()),
+                 what)
 
 
 class _TorchAttention:
@@ -109,14 +129,17 @@ class TorchGqa(_TorchAttention):
         require_memory(weight_bytes + cache_bytes + layout.tokens * (h + 4 * args.q_heads * d) * _BF16 * 2
                        + min(GATHER_BUDGET_BYTES, widest) * 2, device)
         gen = torch.Generator(device=device).manual_seed(case.seed())
-        weights = gqa_weights(args, gen, device)
+        bf16 = gqa_weights(args, gen, device)
+        proj = _projections(args, {"q_proj": bf16.q, "k_proj": bf16.k, "v_proj": bf16.v, "o_proj": bf16.o})
+        weights = replace(bf16, q=proj["q_proj"].weight, k=proj["k_proj"].weight, v=proj["v_proj"].weight,
+                          o=proj["o_proj"].weight)              # as stored: what the reference reads
         x = torch.randn(layout.tokens, h, generator=gen, device=device, dtype=torch.bfloat16)
         k_cache = torch.randn(layout.pool_slots, args.kv_heads, d, generator=gen, device=device, dtype=torch.bfloat16)
         v_cache = torch.randn(layout.pool_slots, args.kv_heads, d, generator=gen, device=device, dtype=torch.bfloat16)
         rope = rope_table(_positions(layout, device), args.rope_dim, args.rope_theta, None, "neox", torch.bfloat16,
                           device)
         chunks = plan_chunks(layout, _gathered_key_bytes(args), device)
-        module = GqaModule(args, x, weights, k_cache, v_cache, layout.write_slots().to(device), rope, chunks)
+        module = GqaModule(args, x, weights, proj, k_cache, v_cache, layout.write_slots().to(device), rope, chunks)
         self._forward_once(module, device)
         state: dict[str, Any] = {"module": module}
 
@@ -130,8 +153,8 @@ class TorchGqa(_TorchAttention):
 
         def check() -> Check:
             m = state["module"]
-            ref = gqa_reference(args, m.w, m.x, layout, cached)
-            return _check(m(), ref)
+            ref = gqa_reference(args, m.w, m.x, layout, cached, proj["q_proj"].reference_input)
+            return _check(m(), ref, args)
 
         meta = _call_metadata(args, layout, len(chunks), cache_bytes)
         return Prepared(fn=fn, check=check, metadata=meta, release=state.clear)
@@ -152,7 +175,11 @@ class TorchMla(_TorchAttention):
         require_memory(weight_bytes + cache_bytes + layout.tokens * (h + 4 * heads * (args.nope + args.rope_dim))
                        * _BF16 * 2 + min(GATHER_BUDGET_BYTES, widest) * 2, device)
         gen = torch.Generator(device=device).manual_seed(case.seed())
-        weights = mla_weights(args, gen, device)
+        bf16 = mla_weights(args, gen, device)
+        proj = _projections(args, {"q_a_proj": bf16.q_a, "kv_a_proj_with_mqa": bf16.kv_a, "q_b_proj": bf16.q_b,
+                                   "kv_b_proj": bf16.kv_b, "o_proj": bf16.o})
+        weights = replace(bf16, q_a=proj["q_a_proj"].weight, kv_a=proj["kv_a_proj_with_mqa"].weight,
+                          q_b=proj["q_b_proj"].weight, kv_b=proj["kv_b_proj"].weight, o=proj["o_proj"].weight)
         x = torch.randn(layout.tokens, h, generator=gen, device=device, dtype=torch.bfloat16)
         cache = torch.randn(layout.pool_slots, r + args.rope_dim, generator=gen, device=device, dtype=torch.bfloat16)
         rope = None
@@ -160,7 +187,7 @@ class TorchMla(_TorchAttention):
             rope = rope_table(_positions(layout, device), args.rope_dim, args.rope_theta, args.rope_scaling,
                               "interleaved", torch.bfloat16, device)
         chunks = plan_chunks(layout, _gathered_key_bytes(args), device)
-        module = MlaModule(args, x, weights, cache, layout.write_slots().to(device), rope, chunks)
+        module = MlaModule(args, x, weights, proj, cache, layout.write_slots().to(device), rope, chunks)
         self._forward_once(module, device)
         state: dict[str, Any] = {"module": module}
 
@@ -172,8 +199,10 @@ class TorchMla(_TorchAttention):
 
         def check() -> Check:
             m = state["module"]
-            ref = mla_reference(args, m.w, m.x, layout, cached)
-            return _check(m(), ref)
+            act = proj["o_proj"].reference_input
+            quantized = proj["kv_b_proj"].act_scale is not None      # kv_b_proj up-projects every request here
+            ref = mla_reference(args, m.w, m.x, layout, cached, act, (lambda _r: True) if quantized else None)
+            return _check(m(), ref, args)
 
         meta = _call_metadata(args, layout, len(chunks), cache_bytes)
         return Prepared(fn=fn, check=check, metadata=meta, release=state.clear)

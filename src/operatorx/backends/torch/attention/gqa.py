@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from operatorx.backends.torch.attention.core import Chunk, attend
+from operatorx.backends.torch.attention.proj import Projection
 from operatorx.backends.torch.attention.rope import RopeTable, apply_rope
 from operatorx.spec.attention import GqaArgs
 
@@ -78,9 +79,10 @@ def rope_part(x: torch.Tensor, rope_dim: int, table: Optional[RopeTable]) -> tor
 class GqaModule:
     """The timed call over fixed inputs: `__call__` maps x [T, hidden] to the output [T, hidden]."""
 
-    def __init__(self, args: GqaArgs, x: torch.Tensor, weights: GqaWeights, k_cache: torch.Tensor,
-                 v_cache: torch.Tensor, write_slots: torch.Tensor, rope: RopeTable, chunks: list[Chunk]):
-        self.args, self.x, self.w = args, x, weights
+    def __init__(self, args: GqaArgs, x: torch.Tensor, weights: GqaWeights, proj: dict[str, Projection],
+                 k_cache: torch.Tensor, v_cache: torch.Tensor, write_slots: torch.Tensor, rope: RopeTable,
+                 chunks: list[Chunk]):
+        self.args, self.x, self.w, self.proj = args, x, weights, proj
         self.k_cache, self.v_cache = k_cache, v_cache      # [pool slots, kv_heads, d]
         self.write_slots, self.rope, self.chunks = write_slots, rope, chunks
         self.scale = args.head_dim ** -0.5
@@ -91,12 +93,12 @@ class GqaModule:
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         a, w, d = self.args, self.w, self.args.head_dim
         t = x.shape[0]
-        q = F.linear(x, w.q).view(t, a.q_heads, -1)
+        q = self.proj["q_proj"](x).view(t, a.q_heads, -1)
         gate = None
         if a.gate:
             q, gate = q[..., :d], q[..., d:].reshape(t, a.q_heads * d)
-        k = F.linear(x, w.k).view(t, a.kv_heads, d)
-        v = F.linear(x, w.v).view(t, a.kv_heads, d)
+        k = self.proj["k_proj"](x).view(t, a.kv_heads, d)
+        v = self.proj["v_proj"](x).view(t, a.kv_heads, d)
         if w.q_norm is not None and w.k_norm is not None:
             q = F.rms_norm(q, (d,), w.q_norm, eps=RMS_EPS)
             k = F.rms_norm(k, (d,), w.k_norm, eps=RMS_EPS)
@@ -106,7 +108,7 @@ class GqaModule:
         out = attend(self.chunks, q, self._kv, self.scale)
         if gate is not None:
             out = out * torch.sigmoid(gate)
-        return F.linear(out, w.o)
+        return self.proj["o_proj"](out)
 
     def __call__(self) -> torch.Tensor:
         return self.forward(self.x)

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 
 from operatorx.backends.torch.attention.core import Chunk, attend
 from operatorx.backends.torch.attention.gqa import RMS_EPS, _linear, _norm
+from operatorx.backends.torch.attention.proj import Projection
 from operatorx.backends.torch.attention.rope import RopeTable, apply_rope, yarn_mscale
 from operatorx.spec.attention import MlaArgs
 
@@ -67,9 +68,9 @@ def softmax_scale(args: MlaArgs) -> float:
 class MlaModule:
     """The timed call over fixed inputs: `__call__` maps x [T, hidden] to the output [T, hidden]."""
 
-    def __init__(self, args: MlaArgs, x: torch.Tensor, weights: MlaWeights, cache: torch.Tensor,
-                 write_slots: torch.Tensor, rope: Optional[RopeTable], chunks: list[Chunk]):
-        self.args, self.x, self.w = args, x, weights
+    def __init__(self, args: MlaArgs, x: torch.Tensor, weights: MlaWeights, proj: dict[str, Projection],
+                 cache: torch.Tensor, write_slots: torch.Tensor, rope: Optional[RopeTable], chunks: list[Chunk]):
+        self.args, self.x, self.w, self.proj = args, x, weights, proj
         self.cache = cache                                   # [pool slots, kv_lora_rank + rope_dim]
         self.write_slots, self.rope, self.chunks = write_slots, rope, chunks
         self.scale = softmax_scale(args)
@@ -78,7 +79,7 @@ class MlaModule:
         a, r = self.args, self.args.kv_lora_rank
         cached = self.cache[index]                                        # [B, L, r + rope]
         b, keys = index.shape
-        kv = F.linear(cached[..., :r], self.w.kv_b).view(b, keys, a.heads, a.nope + a.v)
+        kv = self.proj["kv_b_proj"](cached[..., :r]).view(b, keys, a.heads, a.nope + a.v)
         k_rope = cached[..., None, r:].expand(b, keys, a.heads, a.rope_dim)
         k = torch.cat((kv[..., :a.nope], k_rope), dim=-1)
         return k.transpose(1, 2), kv[..., a.nope:].transpose(1, 2)
@@ -86,9 +87,10 @@ class MlaModule:
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         a, w, r = self.args, self.w, self.args.kv_lora_rank
         t = x.shape[0]
-        q_latent = F.rms_norm(F.linear(x, w.q_a), (a.q_lora_rank,), w.q_a_norm, eps=RMS_EPS)
-        q = F.linear(q_latent, w.q_b).view(t, a.heads, a.nope + a.rope_dim)
-        kv_a = F.linear(x, w.kv_a)
+        p = self.proj
+        q_latent = F.rms_norm(p["q_a_proj"](x), (a.q_lora_rank,), w.q_a_norm, eps=RMS_EPS)
+        q = p["q_b_proj"](q_latent).view(t, a.heads, a.nope + a.rope_dim)
+        kv_a = p["kv_a_proj_with_mqa"](x)
         latent = F.rms_norm(kv_a[:, :r], (r,), w.kv_a_norm, eps=RMS_EPS)
         k_rope = kv_a[:, r:]
         if self.rope is not None:
@@ -96,7 +98,7 @@ class MlaModule:
             k_rope = apply_rope(k_rope[:, None, :], self.rope)[:, 0]
         self.cache.index_copy_(0, self.write_slots, torch.cat((latent, k_rope), dim=-1))
         out = attend(self.chunks, q, self._kv, self.scale)
-        return F.linear(out, w.o)
+        return p["o_proj"](out)
 
     def __call__(self) -> torch.Tensor:
         return self.forward(self.x)

@@ -1,15 +1,15 @@
 """Can the torch attention backend really run this gqa / mla case here? Each refusal names its field.
 
-Built: bf16 projections (F.linear), a bf16 paged KV cache, one device. Refused, never emulated:
-quantized projections (the fp8 GEMM path is the gemm backend's; attention's projections are not
-routed through it), an fp8 KV cache, a split over ranks, MLA's output gate (its form is assumed in
-the cost only).
+Built: bf16 projections (F.linear) or block FP8 ones on CUDA (F.scaled_mm, proj.py), a bf16 paged KV
+cache, one device. Refused, never emulated: other projection schemes, an fp8 KV cache, a split over
+ranks, MLA's output gate (its form is assumed in the cost only).
 """
 
 from __future__ import annotations
 
 from typing import Optional
 
+from operatorx.backends.torch.attention.proj import projection_refusal
 from operatorx.spec.attention import AttentionArgs, GqaArgs, MlaArgs
 
 __all__ = ["refusal", "MULTI_RANK"]
@@ -18,23 +18,13 @@ MULTI_RANK = ("multi-rank attention is not built in the torch backend (heads ove
               "the batch over dp); --rank-local has no attention shard either")
 
 
-def _projections(args: AttentionArgs) -> Optional[str]:
-    for name, pair in (args.proj or {}).items():
-        for side, op in (("a", pair.a), ("b", pair.b)):
-            if op.dtype != "bf16" or op.arrives_as(activation=side == "a") != "bf16":
-                return (f"proj.{name}.{side}: {op.scheme_name()}"
-                        f"{'' if op.input is None else f' (arrives as {op.input})'}: the torch attention backend "
-                        "runs bf16 projections only (F.linear); quantized projections are not wired here")
-    return None
-
-
 def refusal(args: AttentionArgs, device: str) -> Optional[str]:
     """None when the case can really run on `device`; else the reason, naming the field."""
     if device not in ("cuda", "cpu"):
         return f"device {device!r}: the torch attention backend runs on cuda and cpu"
     if args.parallel is not None and not args.parallel.is_single:
         return f"parallel {args.parallel.label()}: {MULTI_RANK}"
-    why = _projections(args)
+    why = projection_refusal(args, device)
     if why is not None:
         return why
     if isinstance(args, (GqaArgs, MlaArgs)) and args.kv_cache_dtype == "fp8":
