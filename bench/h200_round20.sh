@@ -21,7 +21,7 @@ for t, s, m, n in con.execute(q):
     print(f"{n:4d} {t} {s} {m}")
 for label, lat, busy in con.execute("select label, latency_us, busy_us from ox_rows where status = 'ok' "
                                     "order by id"):
-    print(f"  {label}: {lat:.1f} / {busy:.1f} us")
+    print(f"  {label}: {lat} / {busy} us")
 PY
 }
 case "${1:-carry}" in
