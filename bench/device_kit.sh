@@ -12,6 +12,11 @@ if [ -f /tmp/site/typing_extensions.py ] && python3 -c "from typing_extensions i
   mv /tmp/site/typing_extensions.py /tmp/site/typing_extensions.py.kit
 fi
 export PYTHONPATH=/tmp/site:$PWD/src
+# cutlass DSL puts its packages on sys.path through a .pth file, which a PYTHONPATH folder does not read
+# (flashinfer's SM90 GDN prefill needs them): the path that file adds
+if [ -d /tmp/site/nvidia_cutlass_dsl/dsl_packages ]; then
+  export PYTHONPATH=$PYTHONPATH:/tmp/site/nvidia_cutlass_dsl/dsl_packages
+fi
 
 # The gpu tests of the code that runs on the GPU (measure, run, platform, the torch backends, the row
 # model), their log in $OUT/tests.txt and the summary lines printed: the first step of a final call.

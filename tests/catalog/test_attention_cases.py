@@ -65,8 +65,13 @@ def test_attn_small_holds_every_derivable_checkpoints_module_over_its_batches():
     assert by_source, "attn_small is empty"
     per_module = len(ATTN_SMALL_DECODE) + len(ATTN_SMALL_PREFILL)
     for source, group in by_source.items():
-        assert len(group) == per_module, source
-        assert {c.type for c in group} <= {"gqa", "mla", "mla_dsa", "gdn"}
+        # DeepSeek-V4's own-indexer layers are one module per index-key cache (fp8, mxfp4)
+        caches = {getattr(c.args, "index_cache_dtype", None) for c in group}
+        assert len(group) == per_module * len(caches), source
+        assert {c.type for c in group} <= {"gqa", "mla", "mla_dsa", "gdn", "dsv4_attn"}
+    pro = "deepseek-ai/DeepSeek-V4-Pro/attn"
+    assert sorted(s for s in by_source if s.startswith(pro)) == [f"{pro}:c128", f"{pro}:c4"]
+    assert sorted({c.args.index_cache_dtype for c in by_source[f"{pro}:c4"]}) == ["fp8", "mxfp4"]
     assert json.loads(json.dumps([c.to_json() for c in cases]))     # serializable as shipped
 
 

@@ -7,14 +7,16 @@ prefill batches (issue 31's catalog part; docs/case-format.md, "Attention types"
   ctx 0, and a later one over an earlier chunk's cache, as chunked prefill runs it).
 A case is the whole module (every head; with tp > 1 `parallel: {tp}`), from the same derivation the
 serving scenarios use (catalog/serving_attention.py), so the two agree on what a model's attention
-is. Sliding-window layers are their own case (gqa with `window`, cited `<id>/self_attn:sliding`); a
-fact the gqa format cannot hold but that leaves the work alone (a llama3/yarn `rope_scaling`) is kept
-in the case's `metadata`. A model whose attention the catalog cannot derive (no `rope_theta`,
-DeepSeek-V4, attention sinks, MLA without q_lora_rank) gets none, and a note says why.
+is. Sliding-window layers are their own case (gqa with `window`, cited `<id>/self_attn:sliding`);
+DeepSeek-V4's layer kinds are one `dsv4_attn` case each (cited `<id>/attn:c<ratio>`), the kind with an
+own indexer once per index-key cache (fp8, mxfp4), as upstream's dsv4_attn cases list them. A fact the
+format cannot hold but that leaves the work alone (a llama3/yarn `rope_scaling`) is kept in the case's
+`metadata`. A model whose attention the catalog cannot derive (no `rope_theta`, attention sinks, MLA
+without q_lora_rank, DeepSeek-V4.1 without `compress_ratios`) gets none, and a note says why.
 
 The shipped `attn_small` (catalog/testlists.py) keeps one H200 run to minutes: per model (its first
 scheme, its smallest deployed TP) a decode of 16 and of 64 requests x ctx 8192 and one prefill chunk
-(8192 new tokens over 8192 cached), i.e. three cases per module.
+(8192 new tokens over 8192 cached), i.e. three cases per module (per index-key cache for DeepSeek-V4's indexer).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any
 from operatorx.catalog.arch import Arch
 from operatorx.catalog.errors import CatalogError
 from operatorx.catalog.schemes import RoleSchemes
-from operatorx.catalog.serving_attention import attention_modules
+from operatorx.catalog.serving_attention import DSV4_INDEX_CACHES, attention_modules
 from operatorx.spec import Case
 
 __all__ = ["DECODE_BATCH", "DECODE_CTX", "PREFILL_CHUNKS", "attention_cases", "decode_batch", "prefill_batch"]
@@ -61,7 +63,7 @@ def attention_cases(arch: Arch, schemes: RoleSchemes, source_id: str, tp: int, n
     out: list[Case] = []
     for batch in _batches(arch, decode, prefill):
         try:
-            made = attention_modules(arch, schemes, batch, tp, 1)
+            made = attention_modules(arch, schemes, batch, tp, 1, DSV4_INDEX_CACHES)
         except CatalogError as err:            # a fact the catalog lacks, or a type it does not derive
             notes.append(f"{arch.origin}: attention not produced: {err}")
             return out

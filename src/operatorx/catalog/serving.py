@@ -12,7 +12,8 @@ layer) and `step`. The rules (docs/serving.md says them in full and which ops ar
   every token (with MTP each draft position is verified), in prefill over one row per request of the
   chunk (vLLM computes logits at each scheduled request's last token).
 - MoE layers and attention are whole layers with `parallel` {tp, dp, ep} ({tp, dp} for attention),
-  their tokens / batch each dp group's.
+  their tokens / batch each dp group's; DeepSeek-V4's attention is one case per layer kind (compress
+  ratio), counted over its own layers, in vLLM's default index-key cache (fp8).
 - Collectives (bf16 hidden states): a tp all-reduce of tokens x hidden after the attention of every
   layer and after every dense MLP; lm_head's logits gathered over tp. A MoE layer's exchange is
   inside its case (the whole layer over its ranks), never a case of its own.
@@ -210,8 +211,8 @@ def _attention(step: _Step, arch: Arch, schemes: RoleSchemes, sc: Scenario, batc
         return
     sliding = sliding_layers(arch)
     for m in made:
-        count = (layers.linear_attention if m.kind == "gdn" else sliding if m.role.endswith(":sliding")
-                 else layers.full_attention - sliding)
+        count = (m.layers if m.layers is not None else layers.linear_attention if m.kind == "gdn"
+                 else sliding if m.role.endswith(":sliding") else layers.full_attention - sliding)
         step.add(m.kind, m.args, m.role, count, extra=m.metadata)
 
 

@@ -6,9 +6,13 @@ DeepSeek MLA, `mla_dsa` when the config has an indexer (`index_topk`), `gdn` for
 layers of Qwen3.5/Qwen3-Next. The projections carry the checkpoint scheme's operands (attn_qkv for
 the input projections, attn_out for the output one), so the case computes what the GEMM roles do.
 
+DeepSeek-V4 (`o_lora_rank` in the config) is `dsv4_attn`, one module per layer kind: its layers differ
+by `compress_ratios` (dsv4_modules says the kinds), each module carrying how many layers run it.
+
 A fact the config does not state is a MissingField, never a guess: RoPE's `rope_theta` is one (a
 checkpoint file without it gets no attention case). Attention types this module does not derive
-(DeepSeek-V4's `dsv4_attn`, MLA without `q_lora_rank`) are a NotDerived naming them.
+(MLA without `q_lora_rank`; DeepSeek-V4 layers without `compress_ratios` or at a ratio whose cache and
+indexer sharing the config does not state, as V4.1's 1 and 2) are a NotDerived naming them.
 
 No config fact that changes the module is dropped in silence (attention_modules):
 - a `rope_scaling` the gqa format cannot hold (Llama-3.1's llama3, gpt-oss's yarn) only changes RoPE's
@@ -17,11 +21,15 @@ No config fact that changes the module is dropped in silence (attention_modules)
   `window` = `sliding_window`, derived only when the config states both; a `sliding_window` without
   `layer_types` does not say which layers slide, so that is NotDerived;
 - attention sinks (gpt-oss: vLLM's GptOssAttention adds a learned sink logit per head; config.json
-  has no key for it) are not in the gqa format: NotDerived.
+  has no key for it) are not in the gqa format: NotDerived;
+- DeepSeek-V4's window-only layers (ratio 0) run the yarn `rope_scaling` in vLLM too, but dsv4_attn
+  holds it only with compress_ratio > 0: their metadata says so; `wo_a` is stored and run in fp8 but
+  left out of `proj`, as upstream's dsv4_attn cases write it: the metadata says that too.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -29,8 +37,8 @@ from operatorx.catalog.arch import Arch
 from operatorx.catalog.errors import CatalogError, MissingField, NotDerived
 from operatorx.catalog.schemes import RoleSchemes, Scheme
 
-__all__ = ["AttentionModule", "attention_args", "attention_modules", "linear_attention_args", "attention_module",
-           "sliding_layers"]
+__all__ = ["AttentionModule", "DSV4_INDEX_CACHES", "attention_args", "attention_modules", "dsv4_modules",
+           "linear_attention_args", "attention_module", "sliding_layers"]
 
 #: Model types whose vLLM attention runs RMS q/k norms (Qwen3Attention's q_norm/k_norm); config.json
 #: has no key for it.
@@ -40,16 +48,30 @@ _QK_NORM_PREFIXES = ("qwen3",)
 _SINK_MODEL_TYPES = ("gpt_oss",)
 
 
+#: The cache `--kv-cache-dtype` DeepSeek-V4 runs on: vLLM 0.26's CUDA V4 attention keeps one layout,
+#: fp8_ds_mla, and asserts an fp8 cache dtype for it (_resolve_dsv4_kv_cache_dtype).
+_DSV4_KV_CACHE = "fp8"
+#: The V4 indexer's key cache: fp8 (vLLM's default, first: what a deployment runs unless told) or mxfp4
+#: (vLLM's attention_config.use_fp4_indexer_cache, sm_10x GPUs only).
+DSV4_INDEX_CACHES = ("fp8", "mxfp4")
+#: The compress ratios whose layer vLLM's DeepseekV4Attention fixes, with its indexer: 0 the window
+#: alone, 4 a compressor and an own indexer (DeepseekV4Indexer), 128 a compressor and no indexer.
+_DSV4_KINDS: dict[int, Optional[str]] = {0: None, 4: "own", 128: None}
+
+
 @dataclass(frozen=True)
 class AttentionModule:
     """One attention module of a checkpoint over one batch: the case type and args, the module it
-    cites (`self_attn`, `self_attn:sliding`, `linear_attn`), and `metadata`: config facts the case
-    format cannot hold, kept on the case so they are not lost."""
+    cites (`self_attn`, `self_attn:sliding`, `linear_attn`, DeepSeek-V4's `attn:c<ratio>`), and
+    `metadata`: config facts the case format cannot hold, kept on the case so they are not lost.
+    `layers`: the decoder layers that run it where the derivation counts them per kind (DeepSeek-V4);
+    None leaves the count to the serving step's layer split."""
 
     kind: str
     args: dict[str, Any]
     role: str
     metadata: dict[str, str] = field(default_factory=dict)
+    layers: Optional[int] = None
 
 
 def attention_module(arch: Arch) -> str:
@@ -65,10 +87,10 @@ def _split(tp: int, dp: int) -> dict[str, Any]:
     return {"parallel": {k: v for k, v in (("tp", tp), ("dp", dp)) if v > 1}} if tp * dp > 1 else {}
 
 
-def _rope_theta(arch: Arch, what: str) -> float:
-    theta = arch.get("rope_theta", what)
+def _rope_theta(arch: Arch, what: str, key: str = "rope_theta") -> float:
+    theta = arch.get(key, what)
     if isinstance(theta, bool) or not isinstance(theta, (int, float)) or theta <= 0:
-        raise CatalogError(f"config field 'rope_theta' must be a positive number, got {theta!r} ({arch.origin})")
+        raise CatalogError(f"config field '{key}' must be a positive number, got {theta!r} ({arch.origin})")
     return float(theta)
 
 
@@ -122,16 +144,15 @@ def _rope_dim(arch: Arch, head_dim: int) -> int:
     return rotary
 
 
-def _scaling_left_out(arch: Arch) -> dict[str, str]:
-    """The gqa case's metadata line for a `rope_scaling` it cannot hold (none without scaling)."""
+def _scaling_left_out(arch: Arch, why: str = "the gqa case format has no rope_scaling") -> dict[str, str]:
+    """The metadata line for a `rope_scaling` the case cannot hold (none without scaling)."""
     raw = arch.config.get("rope_scaling")
     if not isinstance(raw, dict):
         return {}
     kind = raw.get("rope_type", raw.get("type"))
     factor = raw.get("factor")
     told = f"{kind} factor {float(factor):g}" if isinstance(factor, (int, float)) else f"{kind}"
-    return {"rope_scaling_not_in_case": f"{told} (the gqa case format has no rope_scaling; RoPE frequencies "
-                                        "differ, the work does not)"}
+    return {"rope_scaling_not_in_case": f"{told} ({why}; RoPE frequencies differ, the work does not)"}
 
 
 def _gqa(arch: Arch, schemes: RoleSchemes) -> dict[str, Any]:
@@ -183,22 +204,115 @@ def _mla(arch: Arch, schemes: RoleSchemes) -> tuple[str, dict[str, Any]]:
     return "mla_dsa", args
 
 
+def _dsv4_layer_ratios(arch: Arch) -> list[int]:
+    """The compress ratio of each decoder layer (`compress_ratios` up to num_hidden_layers; the entries
+    after them are the MTP layers'); NotDerived without the list or at a ratio _DSV4_KINDS lacks."""
+    what = "DeepSeek-V4 attention (dsv4_attn) layers"
+    layers = arch.int("num_hidden_layers", what)
+    ratios = arch.config.get("compress_ratios")
+    if ratios is None:
+        raise NotDerived(what, arch.origin, "config field 'compress_ratios' is missing: each layer's compress "
+                                            "ratio, which makes it a window-only, compressed or indexed layer")
+    if not isinstance(ratios, list) or len(ratios) < layers or not all(
+            isinstance(r, int) and not isinstance(r, bool) for r in ratios[:layers]):
+        raise CatalogError(f"config field 'compress_ratios' must list one integer ratio per decoder layer "
+                           f"({arch.origin})")
+    odd = sorted({r for r in ratios[:layers] if r not in _DSV4_KINDS})
+    if odd:
+        raise NotDerived(f"{what} at compress ratio {', '.join(map(str, odd))}", arch.origin,
+                         "which layers compute, share or reuse the compressed cache and the indexer is not "
+                         "stated by the config fields read here; vLLM 0.26's DeepSeek-V4 has ratios 0, 4 and 128")
+    return list(ratios[:layers])
+
+
+def _dsv4_args(arch: Arch, schemes: RoleSchemes, ratio: int, index_cache: Optional[str]) -> dict[str, Any]:
+    """`dsv4_attn` args of the layers at `ratio` (batch and split aside). The input projections carry
+    attn_qkv's operands, wo_b attn_out's, the indexer's wq_b attn_qkv's; the compressors, the
+    indexer's weights_proj and compressor stay bf16 (stored bf16, vLLM builds them unquantized)."""
+    what = f"the dsv4_attn case (compress ratio {ratio})"
+    qkv, out = _pair(schemes["attn_qkv"]), _pair(schemes["attn_out"])
+    proj = {"wq_a": qkv, "wkv": qkv, "wq_b": qkv, "wo_b": out}
+    args: dict[str, Any] = {
+        "hidden": arch.int("hidden_size", what),
+        "heads": arch.int("num_attention_heads", what),
+        "head_dim": arch.int("head_dim", what),
+        "rope_dim": arch.int("qk_rope_head_dim", what),
+        "q_lora_rank": arch.int("q_lora_rank", what),
+        "window": arch.int("sliding_window", what),
+        "o_groups": arch.int("o_groups", what),
+        "o_lora_rank": arch.int("o_lora_rank", what),
+        "compress_ratio": ratio,
+        "rope_theta": _rope_theta(arch, what),
+        "kv_cache_dtype": _DSV4_KV_CACHE,
+    }
+    if ratio:                                 # vLLM: compress_rope_theta where compress_ratio > 1
+        args["compress_rope_theta"] = _rope_theta(arch, what, "compress_rope_theta")
+        scaling = _yarn(arch)
+        if scaling is not None:
+            args["rope_scaling"] = scaling
+    if _DSV4_KINDS[ratio] == "own":
+        index = "the DeepSeek-V4 indexer (dsv4_attn)"
+        args.update(indexer="own", topk=arch.int("index_topk", index), index_heads=arch.int("index_n_heads", index),
+                    index_dim=arch.int("index_head_dim", index), index_cache_dtype=index_cache)
+        proj["indexer.wq_b"] = qkv
+    return {**args, "proj": proj}
+
+
+def _dsv4_metadata(arch: Arch, schemes: RoleSchemes, ratio: int, index_cache: Optional[str]) -> dict[str, str]:
+    """What a `dsv4_attn` case cannot hold (module docstring): a window-only layer's rope_scaling, a
+    quantized wo_a, and the engine setting behind an mxfp4 index-key cache."""
+    meta: dict[str, str] = {}
+    if not ratio:
+        meta.update(_scaling_left_out(arch, "dsv4_attn holds rope_scaling only with compress_ratio > 0; vLLM's "
+                                            "DeepSeek-V4 applies it to every layer"))
+    wo_a = schemes["attn_out"]
+    if wo_a.b.get("dtype") != "bf16":
+        meta["wo_a_not_in_case"] = (f"the checkpoint's wo_a is {wo_a.name} (vLLM runs it so, its grouped fp8 "
+                                    "o_proj); proj leaves it out (bf16), as upstream's dsv4_attn cases write it")
+    if index_cache == "mxfp4":
+        meta["index_cache"] = "mxfp4: vLLM's attention_config.use_fp4_indexer_cache (sm_10x GPUs only)"
+    return meta
+
+
+def dsv4_modules(arch: Arch, schemes: RoleSchemes, batch: dict[str, Any], tp: int, dp: int,
+                 index_caches: Sequence[str] = DSV4_INDEX_CACHES[:1]) -> list[AttentionModule]:
+    """DeepSeek-V4's attention as one `dsv4_attn` module per layer kind over `batch`, split over tp x dp,
+    cited `attn:c<ratio>` and carrying its layer count (the counts add up to num_hidden_layers).
+
+    A kind is a compress ratio (_DSV4_KINDS: 0 window only, 128 compressed, 4 compressed with its own
+    indexer); a kind with an indexer is written once per index-key cache dtype in `index_caches`
+    (default: vLLM's default alone, so a serving step counts each layer once)."""
+    ratios = _dsv4_layer_ratios(arch)
+    out: list[AttentionModule] = []
+    for ratio in sorted(set(ratios)):
+        caches: Sequence[Optional[str]] = index_caches if _DSV4_KINDS[ratio] else (None,)
+        for cache in caches:
+            args = {**_dsv4_args(arch, schemes, ratio, cache), "batch": batch, **_split(tp, dp)}
+            out.append(AttentionModule("dsv4_attn", args, f"attn:c{ratio}", _dsv4_metadata(arch, schemes, ratio, cache),
+                                       layers=ratios.count(ratio)))
+    return out
+
+
 def attention_args(arch: Arch, schemes: RoleSchemes, batch: dict[str, Any], tp: int,
                    dp: int) -> tuple[str, dict[str, Any]]:
-    """(type, args) of the full-attention module over `batch`, split over tp x dp."""
+    """(type, args) of the full-attention module over `batch`, split over tp x dp (gqa, mla, mla_dsa)."""
     if arch.attention == "dsv4":
-        raise NotDerived("DeepSeek-V4 attention (dsv4_attn) cases", arch.origin)
+        raise NotDerived("DeepSeek-V4 attention as one module", arch.origin,
+                         "its layers are several dsv4_attn kinds: dsv4_modules derives them")
     kind, args = _mla(arch, schemes) if arch.attention == "mla" else ("gqa", _gqa(arch, schemes))
     return kind, {**args, "batch": batch, **_split(tp, dp)}
 
 
-def attention_modules(arch: Arch, schemes: RoleSchemes, batch: dict[str, Any], tp: int,
-                      dp: int) -> list[AttentionModule]:
+def attention_modules(arch: Arch, schemes: RoleSchemes, batch: dict[str, Any], tp: int, dp: int,
+                      index_caches: Sequence[str] = DSV4_INDEX_CACHES[:1]) -> list[AttentionModule]:
     """Every attention module of the checkpoint over `batch`, split over tp x dp: the full-attention
-    one (when some layer runs it), the sliding-window one (gqa with `window`) and the linear one.
+    one (when some layer runs it), the sliding-window one (gqa with `window`) and the linear one;
+    DeepSeek-V4's layer kinds (dsv4_modules, each own indexer once per `index_caches` dtype).
 
     All or nothing: a fact one module lacks (MissingField) or a type it cannot be (NotDerived) raises,
     so no model is shipped with part of its attention."""
+    if arch.attention == "dsv4":
+        return dsv4_modules(arch, schemes, batch, tp, dp, index_caches)
     kind, args = attention_args(arch, schemes, batch, tp, dp)
     role = attention_module(arch)
     meta = _scaling_left_out(arch) if kind == "gqa" else {}

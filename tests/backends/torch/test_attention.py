@@ -150,6 +150,16 @@ def test_a_run_times_gqa_and_mla_rows_with_their_checks(tmp_path, write_testlist
         assert row.case.flops() == Case.model_validate(case).flops()
 
 
+def test_a_torch_run_reads_gdn_and_kda_rows_as_unsupported_with_the_reason(tmp_path, write_testlist):
+    batch = {"groups": [{"count": 2, "q": 1, "ctx": 8}]}
+    cases = [{"type": "gdn", "args": {"hidden": 32, "qk_heads": 1, "v_heads": 2, "head_dim": 8, "conv_kernel": 4,
+                                      "batch": batch}},
+             {"type": "kda", "args": {"hidden": 32, "heads": 2, "head_dim": 8, "conv_kernel": 4, "batch": batch}}]
+    outcome = run_testlist(_config(tmp_path, write_testlist(cases)))
+    assert [(r.status, r.message) for r in outcome.rows] == [("unsupported", "backend 'torch' has no gdn op"),
+                                                             ("unsupported", "backend 'torch' has no kda op")]
+
+
 def test_upstream_attention_rank_local_rows_are_shards_or_say_what_is_missing(tmp_path):
     raw = json.loads((UPSTREAM / "attn_parallel.json").read_text())
     picked = [c for c in raw if c["type"] in ("gqa", "mla")] + [next(c for c in raw if c["type"] == "kda")]
@@ -171,7 +181,8 @@ def test_upstream_attention_rank_local_rows_are_shards_or_say_what_is_missing(tm
         assert row.message is not None
         assert row.message.startswith("--rank-local: no shard of this case: dcp=8") if dcp else (
             row.message.startswith("kv_cache_dtype=fp8") and row.rank_local is not None)
-    assert by_type["kda"][0].message == "op type kda is not implemented yet"
+    assert by_type["kda"][0].message == ("--rank-local: no shard of this case: attention ops have no rank-local "
+                                         "shard in this version")
     last = outcome.rows[-1]
     assert last.status == "ok" and last.rank_local is not None and last.check is not None and last.check.ok
     assert last.rank_local.shard["q_heads"] == 64 // last.case.world

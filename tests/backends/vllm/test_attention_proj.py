@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 import torch
 
+from operatorx.backends.check import fp8_projection_bound
 from operatorx.backends.vllm.attention.proj import activation, flavors, store
-from operatorx.backends.vllm.attention.support import FP8_PROJECTION_BOUND, projection_bound, projection_plan
+from operatorx.backends.vllm.attention.support import projection_bound, projection_plan
 from operatorx.backends.vllm.reference import act_quant_dequant
 from operatorx.backends.vllm.weights import quantize_matrix
 from operatorx.spec import Case
@@ -39,7 +40,8 @@ def test_block_fp8_on_every_projection_is_one_fp8_plan(kind, names):
     assert not isinstance(plan, str), plan
     assert plan.scheme == "fp8_block" and plan.quant is not None and plan.quant.cls == "Fp8Config"
     assert plan.quant.config["weight_block_size"] == [128, 128]
-    assert projection_bound(case.args) == FP8_PROJECTION_BOUND
+    assert projection_bound(case.args) == fp8_projection_bound(kind)
+    assert fp8_projection_bound(kind) == pytest.approx(3e-2 * (2 if kind == "gqa" else 4) ** 0.5)
     assert flavors(plan) == ("ue8m0", "fp32")
 
 

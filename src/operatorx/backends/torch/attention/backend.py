@@ -17,7 +17,7 @@ from typing import Any, Optional, Union
 import torch
 
 from operatorx.backends.base import Check, Prepared, Unsupported
-from operatorx.backends.check import rel_error
+from operatorx.backends.check import fp8_projection_bound, rel_error
 from operatorx.backends.refusal import library_refusal
 from operatorx.backends.torch.attention.core import GATHER_BUDGET_BYTES, plan_chunks
 from operatorx.backends.torch.attention.gqa import GqaModule, gqa_weights
@@ -36,10 +36,6 @@ __all__ = ["TorchGqa", "TorchMla", "ATTENTION_BOUND"]
 #: ||out - ref|| / ||ref|| allowed: a bf16 module rounds after each of its steps (projections, norms,
 #: RoPE, scores, softmax, PV, o_proj), each adding about bf16's half-ulp (2^-9) of relative error.
 ATTENTION_BOUND = 2e-2
-#: With block-FP8 projections: the reference quantizes the same activations with the same groups, but
-#: from fp32 inputs where the module's are bf16, so a value near a rounding boundary lands in the
-#: neighbouring e4m3 step now and then, in each of the chained layers.
-FP8_PROJECTION_BOUND = 4e-2
 _BF16 = 2
 
 
@@ -92,8 +88,8 @@ def _check(out: torch.Tensor, ref: ReferenceRows, args: Union[GqaArgs, MlaArgs])
     fp8 = projection_scheme(args)[0] == "fp8_block"
     what = ref.what + ("; block-FP8 projections: dequantized weights, activations quantized as the call does"
                        if fp8 else "")
-    return Check(rel_error(got, ref.out), FP8_PROJECTION_BOUND if fp8 else ATTENTION_BOUND, int(ref.rows.numel()),
-                 what)
+    bound = fp8_projection_bound(args.TYPE) if fp8 else ATTENTION_BOUND
+    return Check(rel_error(got, ref.out), bound, int(ref.rows.numel()), what)
 
 
 class _TorchAttention:

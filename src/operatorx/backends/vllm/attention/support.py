@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from operatorx.backends.vllm.quant_map import Plan
 
 __all__ = ["ModuleChoice", "module_choice", "refusal", "mla_refusal", "projection_plan", "PROJECTION_SCHEMES",
-           "projection_bound", "FP8_PROJECTION_BOUND", "CACHE_DTYPE", "MULTI_RANK", "DEEPSEEK_MLA"]
+           "projection_bound", "CACHE_DTYPE", "MULTI_RANK", "DEEPSEEK_MLA"]
 
 MULTI_RANK = "multi-rank vLLM attention is not built"
 #: `kv_cache_dtype` -> vLLM's CacheConfig.cache_dtype (config/cache.py CacheDType).
@@ -107,17 +107,13 @@ def projection_plan(args: AttentionArgs) -> Union[Plan, str]:
     return linear_plan(scheme, weight)  # type: ignore[arg-type]
 
 
-#: ||out - ref|| / ||ref|| with block-FP8 projections: the reference quantizes the same activations with the
-#: same groups, but from fp32 inputs where the module's are bf16, so a value near a rounding boundary lands
-#: in the neighbouring e4m3 step (3 mantissa bits: a step is 6-12% of the value) now and then, in each of
-#: the chained layers.
-FP8_PROJECTION_BOUND = 4e-2
-
-
 def projection_bound(args: AttentionArgs) -> float:
-    """The check's bound the projections allow: 0 for bf16 (the module's own bound rules), else the scheme's."""
+    """The check's bound the projections allow: 0 for bf16 (the module's own bound rules), else
+    check.fp8_projection_bound of the op type."""
+    from operatorx.backends.check import fp8_projection_bound
+
     plan = projection_plan(args)
-    return FP8_PROJECTION_BOUND if not isinstance(plan, str) and plan.scheme == "fp8_block" else 0.0
+    return fp8_projection_bound(args.TYPE) if not isinstance(plan, str) and plan.scheme == "fp8_block" else 0.0
 
 
 def _projections(args: AttentionArgs) -> Optional[str]:
