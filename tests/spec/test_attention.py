@@ -330,7 +330,7 @@ def test_every_upstream_attention_case_has_a_positive_count_and_a_named_refusal_
     for raw in json.loads((UPSTREAM / "attn_parallel.json").read_text()):
         c = Case.model_validate(raw)
         assert c.flops() > 0 and c.min_bytes() > 0, c.label()
-        if c.type in ("gqa", "mla", "gdn", "kda"):
+        if c.type in ("gqa", "mla"):
             assert c.implemented
             assert case_refusal(c) == (f"needs tp·dp = {c.world} GPUs of one host; this run has 1 (one process runs "
                                        "every case here; --rank-local times one rank's shard)")

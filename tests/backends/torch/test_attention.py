@@ -17,6 +17,7 @@ from operatorx.backends.torch.attention.rope import rope_table
 from operatorx.measure import TimingSettings
 from operatorx.run import RunConfig, run_testlist
 from operatorx.spec import Case
+from operatorx.spec.attention import GdnArgs, KdaArgs
 
 UPSTREAM = Path(__file__).parents[2] / "spec" / "upstream"
 FAST = TimingSettings(warmup_calls=1, warmup_floor_s=0, first_warmup_floor_s=0, min_samples=3, max_samples=5,
@@ -156,8 +157,9 @@ def test_a_torch_run_reads_gdn_and_kda_rows_as_unsupported_with_the_reason(tmp_p
                                       "batch": batch}},
              {"type": "kda", "args": {"hidden": 32, "heads": 2, "head_dim": 8, "conv_kernel": 4, "batch": batch}}]
     outcome = run_testlist(_config(tmp_path, write_testlist(cases)))
-    assert [(r.status, r.message) for r in outcome.rows] == [("unsupported", "backend 'torch' has no gdn op"),
-                                                             ("unsupported", "backend 'torch' has no kda op")]
+    want = [("unsupported", f"op type {t} is not implemented yet: {args.MISSING}") for t, args in
+            (("gdn", GdnArgs), ("kda", KdaArgs))]
+    assert [(r.status, r.message) for r in outcome.rows] == want
 
 
 def test_upstream_attention_rank_local_rows_are_shards_or_say_what_is_missing(tmp_path):
@@ -181,8 +183,7 @@ def test_upstream_attention_rank_local_rows_are_shards_or_say_what_is_missing(tm
         assert row.message is not None
         assert row.message.startswith("--rank-local: no shard of this case: dcp=8") if dcp else (
             row.message.startswith("kv_cache_dtype=fp8") and row.rank_local is not None)
-    assert by_type["kda"][0].message == ("--rank-local: no shard of this case: attention ops have no rank-local "
-                                         "shard in this version")
+    assert by_type["kda"][0].message == f"op type kda is not implemented yet: {KdaArgs.MISSING}"
     last = outcome.rows[-1]
     assert last.status == "ok" and last.rank_local is not None and last.check is not None and last.check.ok
     assert last.rank_local.shard["q_heads"] == 64 // last.case.world
