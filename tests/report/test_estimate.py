@@ -22,12 +22,12 @@ def gemm(m: int, n: int, roles: list[str], count: int, step: str = "decode") -> 
                                 "metadata": {"scenario": SCENARIO}})
 
 
-def attention(count: int, step: str = "decode") -> Case:
+def attention(count: int, step: str = "decode", role: str = "self_attn", **extra: Any) -> Case:
     proj = {"a": BF16, "b": BF16}
     args = {"hidden": 2048, "batch": {"groups": [{"count": 8, "q": 2, "ctx": 1088}]},
             "proj": {"q_proj": proj, "k_proj": proj, "v_proj": proj, "o_proj": proj}, "q_heads": 32, "kv_heads": 4,
-            "head_dim": 128, "rope_dim": 128, "rope_theta": 1000000.0, "qk_norm": True, "parallel": {"tp": 2}}
-    return Case.model_validate({"type": "gqa", "args": args, "sources": ["org/m/self_attn"], "count": count,
+            "head_dim": 128, "rope_dim": 128, "rope_theta": 1000000.0, "qk_norm": True, "parallel": {"tp": 2}, **extra}
+    return Case.model_validate({"type": "gqa", "args": args, "sources": [f"org/m/{role}"], "count": count,
                                 "step": step, "metadata": {"scenario": SCENARIO}})
 
 
@@ -132,3 +132,17 @@ def test_two_rows_of_one_case_are_refused():
     planted = [make_row(case=UP, index=0), make_row(case=UP, index=1, side="B")]
     with pytest.raises(EstimateError, match="several rows"):
         run([UP], planted)
+
+
+def test_a_layer_kinds_attention_case_stands_for_its_own_layers_projections():
+    """Full and sliding-window layers share their GEMM cases (one count over both kinds); each kind's ok
+    attention case replaces its own layers' part of them, and the two together all of it."""
+    qkv, o = gemm(16, 768, ["self_attn.qkv_proj"], 6), gemm(16, 128, ["self_attn.o_proj"], 6)
+    full, sliding = attention(4), attention(2, role="self_attn:sliding", window=128)
+    both = run([qkv, o, full, sliding], rows({qkv: 3.0, o: 1.0, full: 10.0, sliding: 5.0}, {})).steps[0]
+    assert both.time_us == 4 * 10.0 + 2 * 5.0                  # no projection counted twice
+    assert both.ops_in_attention == 2
+    only_sliding = run([qkv, o, full, sliding],
+                       rows({qkv: 3.0, o: 1.0, sliding: 5.0}, {full: ("unsupported", "no kernel")})).steps[0]
+    # the full layers' 4 of each GEMM's 6 stay as GEMMs: 4*3 + 4*1, beside the sliding case's 2*5
+    assert only_sliding.time_us == 12.0 + 4.0 + 10.0

@@ -10,7 +10,9 @@ and the rows of a run, matched by case key. Per step:
   attention case's time is used where its row is ok, else the module's GEMM roles; never both.
   A GEMM case merged over roles of several modules (one key) keeps the part of its count that is
   not the replaced module's: each replaced role runs once per layer of its module, which is the
-  attention case's count (catalog/serving.py writes it so).
+  attention case's count (catalog/serving.py writes it so). A module with several layer kinds has one
+  attention case per kind (`self_attn:sliding`, DeepSeek-V4's `attn:c4`): each ok one replaces its own
+  layers' part of the module's GEMM roles, and the layers of a kind without an ok row keep theirs.
 - Tokens per step per dp rank come from the file's `metadata.scenario` through the same rule that wrote
   the file (Scenario.decode_batch/prefill_batch): decode conc/dp × (1 + mtp) (the verified tokens, an
   upper bound on the accepted ones), prefill the chunk's tokens. The tp GPUs of a dp rank share them,
@@ -216,6 +218,11 @@ def _unmeasured(case: Case, row: Optional[Row]) -> Unmeasured:
                       status=status, reason=None if row is None else row.message)
 
 
+def _module_of(role: str) -> str:
+    """The module an attention case's role belongs to: `self_attn:sliding` -> `self_attn`."""
+    return role.split(":", 1)[0]
+
+
 def _whole(unmeasured: list[Unmeasured]) -> bool:
     """Whether the step's time covers all of its work: every op has an ok row. An attention case
     without one is not covered by its module's GEMM roles: they time the projections, not the
@@ -232,7 +239,12 @@ def _step(name: str, cases: list[Case], rows: dict[str, Row], facts: Optional[Sc
         if c.family == "attention":
             for role in _roles(c):
                 modules[role] = (c.count or 0, c.key() in ok)
-    replaced = {m: n for m, (n, used) in modules.items() if used}
+    # the GEMM roles `<module>.*` an ok attention case stands for, by module: a layer kind's case
+    # (`self_attn:sliding`, DeepSeek-V4's `attn:c4`) runs the projections of its own layers of `<module>`
+    replaced: dict[str, int] = defaultdict(int)
+    for m, (n, used) in modules.items():
+        if used:
+            replaced[_module_of(m)] += n
     by_class: dict[str, float] = defaultdict(float)
     by_role: dict[str, float] = defaultdict(float)
     unmeasured: list[Unmeasured] = []
@@ -245,7 +257,7 @@ def _step(name: str, cases: list[Case], rows: dict[str, Row], facts: Optional[Sc
             mine = [r for r in roles if r.split(".", 1)[0] in replaced and "." in r]
             if mine:
                 kept = count - sum(replaced[r.split(".", 1)[0]] for r in mine)
-                if len(mine) == len(roles):                       # wholly inside attention cases
+                if kept == 0 and len(mine) == len(roles):         # wholly inside attention cases
                     measured += 1
                     in_attention += 1
                     counts_measured += count
@@ -253,7 +265,8 @@ def _step(name: str, cases: list[Case], rows: dict[str, Row], facts: Optional[Sc
                 if kept < 1:
                     raise EstimateError(f"{file}: {name} case {c.label()}: count {count} does not cover its "
                                         f"roles {', '.join(roles)} (each attention role runs once per layer)")
-                roles, count = [r for r in roles if r not in mine], kept
+                # what is left: other modules' roles, or the layers of these roles no ok case stands for
+                roles, count = [r for r in roles if r not in mine] or roles, kept
         row = rows.get(c.key())
         if c.key() not in ok or row is None or row.latency_us is None:
             unmeasured.append(_unmeasured(c, row))
