@@ -124,6 +124,8 @@
                                                                m.trace_path)) : "",
         m.counters ? pre(m.counters) : ""));
     }
+    const attention = m.backend_meta ? attentionSection(m.backend_meta) : null;
+    if (attention) out.push(attention);
     if (m.backend_meta) out.push(section("Backend", kv(Object.entries(m.backend_meta))));
     if (m.case_seconds) {
       // started_unix_s is a moment, not a duration: shown as UTC time
@@ -134,6 +136,38 @@
     if (c.other && Object.keys(c.other).length) out.push(section("Other metrics", pre(c.other)));
     document.getElementById("case-sections").replaceChildren(...out);
     if (tl && p && p.kernels) kernelTimeline(tl);
+  }
+
+  // an attention row: the module, the attention backend that ran, the cache it read, how the batch split
+  // between decode and prefill paths, graph or eager, and each projection's kernel (backends' metadata)
+  function attentionSection(b) {
+    const cache = b.kv_cache || b.state;
+    if (!b.attention_backend && !cache) return null;
+    const ab = b.attention_backend || {};
+    const req = b.requests || {};
+    const proj = b.projections || {};
+    const paths = ["decode", "long_extend", "prefill"].filter(k => typeof req[k] === "number")
+      .map(k => `${k} ${req[k]}`).join(", ");
+    const pages = cache && (cache.block_size ? `blocks of ${cache.block_size} tokens`
+      : cache.page_tokens ? `pages of ${cache.page_tokens} tokens` : "");
+    const pairs = [
+      ["module", b.module || b.form],
+      ["attention backend", ab.name ? `${ab.name} (${[ab.class, ab.impl].filter(Boolean).join(", ")})`
+        : (b.calls || {}).attention],
+      ["prefill backend", ab.prefill_backend],
+      ["metadata builder", b.metadata_builder], ["metadata", b.metadata],
+      ["cache", cache ? [cache.spec, cache.dtype, pages].filter(Boolean).join(", ") : undefined],
+      ["cache shape", cache && cache.shape], ["cache bytes", cache && cache.bytes],
+      ["requests", paths], ["builder split", req.builder_split],
+      ["timed call", b.cuda_graph === true ? `CUDA-graph replay (${b.cudagraph_mode || "?"})`
+        : b.cuda_graph === false ? "eager" : undefined],
+      ["graph note", b.graph_note],
+      ["projections", proj.scheme ? [proj.scheme, proj.quant_config].filter(Boolean).join(", ")
+        : (b.calls || {}).projections],
+    ];
+    const layers = proj.layers ? table([["layer", "name"], ["quant method", "quant_method"], ["kernel", "kernel"]],
+      Object.entries(proj.layers).map(([name, k]) => ({ name, ...k }))) : "";
+    return section("Attention", kv(pairs), layers);
   }
 
   // classes as report/kernel_class.py names them; one colour each, `other` grey
