@@ -47,7 +47,7 @@ def test_deepseek_v4_produces_every_role_group():
     assert not [str(w.message) for w in caught]
 
 
-@pytest.mark.parametrize("name", ["gemm", "gemm_perf", "gemm_fp8", "moe_small"])
+@pytest.mark.parametrize("name", ["gemm", "gemm_perf", "gemm_fp8", "moe_small", "attn_small"])
 def test_shipped_testlist_is_fresh(name):
     built = build_shipped()[name]
     shipped = load_testlist(shipped_testlists()[name])
