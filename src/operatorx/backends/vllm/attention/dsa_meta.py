@@ -8,6 +8,7 @@ from typing import Any, Optional
 from operatorx.backends.torch.attention.dsa import mla_args
 from operatorx.backends.torch.attention.mla import softmax_scale
 from operatorx.backends.vllm.attention.build import builder_split, graph_notes
+from operatorx.backends.vllm.attention.run_facts import run_facts
 from operatorx.backends.vllm.attention.support import DEEPSEEK_MLA
 from operatorx.backends.vllm.common import class_name
 from operatorx.spec.attention import MlaDsaArgs
@@ -25,8 +26,7 @@ def dsa_metadata(args: MlaDsaArgs, b: Any, builder: Any, index_builder: Any, spe
                  size: Optional[int], mode: str, graph_error: Optional[str]) -> dict[str, Any]:
     from vllm.config import CacheConfig
 
-    from operatorx.backends.vllm.common import describe_custom_ops, describe_ir_priority
-    from operatorx.backends.vllm.env import selection_env, vllm_version
+    from operatorx.backends.vllm.env import vllm_version
 
     backend, impl, md = b.attn.attn_backend, b.attn.impl, b.attn_metadata
     indexer = b.module.indexer
@@ -63,14 +63,7 @@ def dsa_metadata(args: MlaDsaArgs, b: Any, builder: Any, index_builder: Any, spe
                      "builder_split": builder_split(md, b.index, builder),
                      "index_split": {k: getattr(b.index_metadata, k, None)
                                      for k in ("num_decodes", "num_prefills", "num_decode_tokens")}},
-        "torch_compile": False,
-        "cudagraph_mode": mode,
-        "cuda_graph": b.graph is not None,
-        "graph": b.graph is not None,
-        "vllm_graph_size": size if b.graph is not None else None,
-        "env": selection_env(),
-        "custom_ops": describe_custom_ops(b.config),
-        "ir_op_priority": describe_ir_priority(b.config),
+        **run_facts(b.config, b.graph, size, mode),
         "synthetic_weights": "random N(0, 1/in) bf16 (dsa_weights), norms near 1, LayerNorm bias near 0",
         "ctx": b.layout.ctx_summary(),
     }

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Optional, Union
 
 from operatorx.backends.vllm.attention.build import graph_notes
+from operatorx.backends.vllm.attention.run_facts import run_facts
 from operatorx.backends.vllm.common import class_name
 from operatorx.spec.attention import GdnArgs, KdaArgs
 
@@ -45,8 +46,7 @@ def kernels_of(args: Union[GdnArgs, KdaArgs], module: Any, md: Any) -> dict[str,
 
 def linear_metadata(args: Union[GdnArgs, KdaArgs], b: BuiltLinear, backend: Any, builder: Any, spec: Any,
                     size: Optional[int], mode: str, graph_error: Optional[str]) -> dict[str, Any]:
-    from operatorx.backends.vllm.common import describe_custom_ops
-    from operatorx.backends.vllm.env import selection_env, vllm_version
+    from operatorx.backends.vllm.env import vllm_version
 
     md = b.attn_metadata
     meta: dict[str, Any] = {
@@ -72,13 +72,7 @@ def linear_metadata(args: Union[GdnArgs, KdaArgs], b: BuiltLinear, backend: Any,
                   "zeros otherwise (as the runner zeroes new blocks)",
                   "bytes": int(b.raw.numel())},
         "requests": {**b.index.region_counts(), "batch_reordered": b.index.reordered, "builder_split": split_of(md)},
-        "torch_compile": False,
-        "cudagraph_mode": mode,
-        "cuda_graph": b.graph is not None,
-        "graph": b.graph is not None,
-        "vllm_graph_size": size if b.graph is not None else None,
-        "env": selection_env(),
-        "custom_ops": describe_custom_ops(b.config),
+        **run_facts(b.config, b.graph, size, mode),
         "synthetic_weights": "random bf16 N(0, 1/in) projections, A in [1, 16], dt in [1e-3, 1e-1] (linear_weights)",
         "ctx": b.layout.ctx_summary(),
         "not_modelled": "a hybrid model pads the mamba page to its attention page (page_size_padded) and, with "
