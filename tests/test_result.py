@@ -21,6 +21,7 @@ from operatorx.result import (
     compute_rates,
     json_safe,
 )
+from operatorx.result_parts import bound_by
 from operatorx.spec import Case
 
 GEMM = Case.model_validate({"type": "gemm", "args": {"m": 1000, "n": 1000, "k": 500, "a": {"dtype": "bf16"},
@@ -147,6 +148,29 @@ def test_rates_are_exactly_work_over_time_and_pct_peak_takes_the_binding_bound()
     assert memory_bound.pct_peak == pytest.approx(20.0, rel=1e-12)
     no_compute_peak = compute_rates(10**12, 10**3, 1000.0, Peak(tflops=None, memory_gbps=5000.0, source="t"))
     assert no_compute_peak.pct_peak == pytest.approx(100 * 1e-3 / 5000, rel=1e-9)
+
+
+def test_an_attention_row_names_the_part_that_bounds_it_at_the_peaks():
+    # 1e9 FLOPs at 1000 TFLOP/s: 1 µs; 1e8 bytes at 5000 GB/s: 20 µs: the cache read bounds the call
+    parts = {"projection_flops": 10**9, "attention_flops": 10**8, "projection_bytes": 10**7, "cache_bytes": 10**8,
+             "state_bytes": 0}
+    r = compute_rates(11 * 10**8, 11 * 10**7, 50.0, H200_LIKE, cost_parts=parts)
+    assert r.bound_by == "cache_bytes" and r.cost_parts == parts
+    prefill = compute_rates(10**11, 10**6, 50.0, H200_LIKE, cost_parts={**parts, "attention_flops": 10**11})
+    assert prefill.bound_by == "attention_flops"           # 100 µs of compute against 20 µs of cache
+    assert compute_rates(1, 1, 1.0, None, cost_parts=parts).bound_by is None      # no peaks: no verdict
+    row = ok_row(rates=r)
+    assert row.rates_at("busy").bound_by == "cache_bytes"                 # recomputed at busy time, kept
+    assert Row.from_json(row.to_json()).rates == r
+    # every attention type splits its count so, and the parts add up to flops() and min_bytes()
+    gqa = Case.model_validate({"type": "gqa", "args": {
+        "hidden": 4096, "q_heads": 32, "kv_heads": 8, "head_dim": 128, "rope_dim": 128, "rope_theta": 5e5,
+        "batch": {"groups": [{"count": 16, "q": 1, "ctx": 8192}]}}, "sources": ["x"]})
+    split = gqa.args.cost_parts()
+    assert split["projection_flops"] + split["attention_flops"] == gqa.flops()
+    assert split["projection_bytes"] + split["cache_bytes"] + split["state_bytes"] == gqa.min_bytes()
+    assert bound_by(split, 989.0, 4800.0) == "cache_bytes"     # a 16x8k decode reads 2 GiB of K/V
+    assert GEMM.args.cost_parts() is None
 
 
 def test_a_collective_carries_algbw_and_busbw_as_nccl_tests_defines_them():

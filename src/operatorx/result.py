@@ -273,7 +273,8 @@ class Row(BaseModel):
         if r is None or headline == "span" or self.busy_us is None or not self.busy_us > 0 or r.flops is None \
                 or r.min_bytes is None:
             return r
-        return compute_rates(r.flops, r.min_bytes, self.busy_us, r.peak, r.collective_bytes, r.bus_factor)
+        return compute_rates(r.flops, r.min_bytes, self.busy_us, r.peak, r.collective_bytes, r.bus_factor,
+                             r.cost_parts)
 
     @property
     def metrics(self) -> dict[str, Any]:

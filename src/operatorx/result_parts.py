@@ -23,7 +23,7 @@ from pydantic import (
 )
 
 __all__ = ["Part", "OpenPart", "ClosedPart", "DOCUMENT", "loading_document", "Measured", "Summary", "Warmup",
-           "TimingInfo", "Rates", "Peak", "Conditions", "Telemetry", "WhatRan", "KernelProfile", "Kernel",
+           "bound_by", "TimingInfo", "Rates", "Peak", "Conditions", "Telemetry", "WhatRan", "KernelProfile", "Kernel",
            "CheckResult", "HostTime", "CaseSeconds",
            "WorkerDevice", "MemoryCheck", "Placement", "compute_rates", "json_safe", "doc"]
 
@@ -334,6 +334,12 @@ class Rates(Part):
     pct_datasheet: Optional[float] = doc("`pct_peak` against the datasheet peaks alone; written only where measured "
                                          "peaks set `pct_peak` (compare it with rows that have none)", "%")
     peak: Optional[Peak] = doc("the peaks `pct_peak` is taken against")
+    cost_parts: Optional[dict[str, int]] = doc("an attention call's `flops` and `min_bytes` by part "
+                                               "(`projection_flops`, `attention_flops`, `projection_bytes`, "
+                                               "`cache_bytes`, `state_bytes`: spec/attention_cost.py)", "FLOP, bytes")
+    bound_by: Optional[str] = doc("the part of `cost_parts` whose time at the peaks (FLOPs at peak TFLOP/s, bytes "
+                                  "at peak GB/s, the measured peaks where the row has them) is the longest: what "
+                                  "bounds the call", "")
     collective_bytes: Optional[int] = doc("a collective's size as NCCL-tests counts it: `elements` × the dtype's bytes "
                                           "(all_reduce: each rank's buffer; all_gather: the gathered output; "
                                           "reduce_scatter: each rank's whole input; all_to_all: each rank's send "
@@ -354,13 +360,39 @@ def _pct(tflops: float, gbps: float, peak_tflops: Optional[float], peak_gbps: Op
     return 100.0 * max(fractions) if fractions else None
 
 
+def bound_by(parts: dict[str, int], peak_tflops: Optional[float], peak_gbps: Optional[float]) -> Optional[str]:
+    """The part whose time at the peaks is the longest (`*_flops` parts at peak_tflops, the others at
+    peak_gbps); None without both peaks."""
+    if not peak_tflops or not peak_gbps:
+        return None
+    seconds = {name: n / (peak_tflops * 1e12 if name.endswith("_flops") else peak_gbps * 1e9)
+               for name, n in parts.items()}
+    return max(seconds, key=lambda name: seconds[name])
+
+
 def compute_rates(flops: int, min_bytes: int, time_us: float, peak: Optional[Peak],
-                  collective_bytes: Optional[int] = None, bus_factor: Optional[float] = None) -> Rates:
+                  collective_bytes: Optional[int] = None, bus_factor: Optional[float] = None,
+                  cost_parts: Optional[dict[str, int]] = None) -> Rates:
     """The one place rates are computed: FLOP/time and bytes/time, `pct_peak` against `peak` (its
     measured peaks where it has them, else its datasheet ones; then `pct_datasheet` too); for a
-    collective (its NCCL-tests size and bus factor given) algbw and busbw as NCCL-tests computes them."""
+    collective (its NCCL-tests size and bus factor given) algbw and busbw as NCCL-tests computes them;
+    for an op with `cost_parts` the parts and the one that bounds the call at the peaks."""
     if not time_us > 0:
         raise ValueError(f"rates need a positive time, got {time_us!r} µs")
+    rates = _rates(flops, min_bytes, time_us, peak, collective_bytes, bus_factor)
+    if cost_parts is None:
+        return rates
+    p_tflops = None if peak is None else peak.measured_tflops or peak.tflops
+    p_gbps = None if peak is None else peak.measured_memory_gbps or peak.memory_gbps
+    extra: dict[str, Any] = {"cost_parts": dict(cost_parts)}
+    bound = bound_by(cost_parts, p_tflops, p_gbps)
+    if bound is not None:
+        extra["bound_by"] = bound
+    return Rates(**rates.model_dump(exclude_unset=True), **extra)
+
+
+def _rates(flops: int, min_bytes: int, time_us: float, peak: Optional[Peak], collective_bytes: Optional[int],
+           bus_factor: Optional[float]) -> Rates:
     tflops = flops / time_us / 1e6
     gbps = min_bytes / time_us / 1e3
     bus: dict[str, Any] = {}

@@ -116,7 +116,7 @@ def case_rates(case: Case, flops: int, min_bytes: int, time_us: float, peak: Opt
     """The row's rates (`compute_rates`), with a collective's NCCL-tests size and bus factor."""
     bus = case.args.bus_traffic()
     if bus is None:
-        return compute_rates(flops, min_bytes, time_us, peak)
+        return compute_rates(flops, min_bytes, time_us, peak, cost_parts=case.args.cost_parts())
     return compute_rates(flops, min_bytes, time_us, peak, bus.size_bytes, bus.bus_factor)
 
 

@@ -181,6 +181,11 @@ class AttentionArgs(OpArgs):
         self._add_cost(tally)
         return tally.result()
 
+    def cost_parts(self) -> dict[str, int]:
+        c = self.cost()
+        return {"projection_flops": c.projection_flops, "attention_flops": c.attention_flops,
+                "projection_bytes": c.projection_bytes, "cache_bytes": c.cache_bytes, "state_bytes": c.state_bytes}
+
     def _add_cost(self, tally: CostTally) -> None:
         raise NotImplementedError
 

@@ -71,6 +71,11 @@ class OpArgs(SpecModel):
         """(activation, weight) element dtypes: which compute peak the case is held against."""
         raise NotImplementedError
 
+    def cost_parts(self) -> Optional[dict[str, int]]:
+        """flops() and min_bytes() by part, where the op type splits them (attention: projections, attention
+        over the context, cache, state); None otherwise. Rows name the part that bounds the call."""
+        return None
+
     def bus_traffic(self) -> Optional[BusTraffic]:
         """A collective's size and bus factor (its row's algbw, busbw); None for an op that is not one.
         A collective's bound is the interconnect, not the peaks table's, so its rows carry no `% peak`."""
