@@ -85,10 +85,11 @@ def moe_case(scheme: str, style: str = "deepseek", tokens: int = 8, routing: Opt
     return Case.model_validate({"type": "moe", "args": args})
 
 
-def prepare_and_check(backend: Any, case: Case) -> tuple[Any, Any]:
-    """(Prepared, its Check) after one timed call; the case must be supported (the reason is the message)."""
+def check_or_reason(backend: Any, case: Case) -> tuple[Any, Any]:
+    """(Prepared, its Check) after one timed call; (None, the reason) when the backend refuses the case."""
     reason = backend.supports(case, "cuda")
-    assert reason is None, reason
+    if reason is not None:
+        return None, reason
     prepared = backend.prepare(case, "cuda")
     try:
         check = prepared.check()
@@ -97,3 +98,10 @@ def prepare_and_check(backend: Any, case: Case) -> tuple[Any, Any]:
     finally:
         if prepared.release is not None:
             prepared.release()
+
+
+def prepare_and_check(backend: Any, case: Case) -> tuple[Any, Any]:
+    """check_or_reason for a case the backend must take (its refusal is the failure message)."""
+    prepared, check = check_or_reason(backend, case)
+    assert prepared is not None, check
+    return prepared, check

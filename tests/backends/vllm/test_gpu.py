@@ -7,7 +7,7 @@ import pytest
 from operatorx.backends import Unsupported
 from operatorx.spec import Case
 from tests.backends.memory_left import memory_left_after_release
-from tests.backends.vllm.cases import gemm_case, moe_case
+from tests.backends.vllm.cases import check_or_reason, gemm_case, moe_case
 
 pytestmark = pytest.mark.gpu
 
@@ -21,18 +21,7 @@ def backends():
     return VllmGemm(), VllmMoe()
 
 
-def _run(backend, case):
-    reason = backend.supports(case, "cuda")
-    if reason is not None:
-        return None, reason
-    prepared = backend.prepare(case, "cuda")
-    try:
-        check = prepared.check()
-        prepared.fn()
-        return prepared, check
-    finally:
-        if prepared.release is not None:
-            prepared.release()
+_run = check_or_reason
 
 
 @pytest.mark.parametrize("scheme", ["bf16", "fp8_block", "fp8_block_ue8m0", "fp8_block_bf16scale", "fp8_tensor_static",
