@@ -117,6 +117,10 @@ def test_decode_matches_the_reference(vllm_gqa, extra):
     assert meta["kv_cache"]["block_size"] == 16
     # eager layers dispatch vLLM's IR norms to its own kernels, as an uncompiled engine does
     assert meta["ir_op_priority"]["rms_norm"][0] == "vllm_c", meta["ir_op_priority"]
+    # a graph decode gets the split budget the engine's capture sizes give FlashAttention (32, not 0)
+    assert meta["cuda_graph"] is True
+    if meta["attention_backend"]["name"] == "FLASH_ATTN":
+        assert meta["max_num_splits"] == 32, meta["max_num_splits"]
 
 
 @pytest.mark.gpu

@@ -98,6 +98,15 @@ def eager_ir_priority(cfg: Any) -> None:
     cfg.kernel_config.ir_op_priority.set_default()
 
 
+def _set_capture_sizes(cfg: Any) -> None:
+    """Put the serving capture sizes on the config after the model stand-in is set: a config built
+    without a model resolves them to none (max 0), and attention builders size their graph-decode
+    state from the maximum (FlashAttention's split count, GDN's graph batch)."""
+    sizes = capture_sizes()
+    cfg.compilation_config.cudagraph_capture_sizes = sizes
+    cfg.compilation_config.max_cudagraph_capture_size = max(sizes)
+
+
 def build_quant_config(spec: Optional[QuantConfigSpec]) -> Any:
     """Instantiate the config class from the checkpoint-style dict (None → unquantized)."""
     if spec is None:
@@ -151,6 +160,7 @@ class VllmEnv:
             cfg.model_config = stub
         except Exception:  # noqa: BLE001 - a validating setter: bypass it
             object.__setattr__(cfg, "model_config", stub)
+        _set_capture_sizes(cfg)
         eager_ir_priority(cfg)
         self.config = cfg
         self.ranks = ranks

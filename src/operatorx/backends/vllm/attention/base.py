@@ -41,8 +41,6 @@ class BuiltAttention(Protocol):
 
     graph: Any
     metadata: dict[str, Any]
-    plan: Any
-    """The projections' quant_map Plan."""
 
     def eager(self) -> Any: ...
 
@@ -76,6 +74,25 @@ class VllmAttentionBackend:
         """The check's ||out - ref|| / ||ref|| bound for the case."""
         raise NotImplementedError
 
+    def check(self, args: Any, b: Any, fn: Any) -> Check:
+        """One call of `fn` against the reference under each activation-scale flavor vLLM may have used
+        (proj.flavors of the built case's projection plan, `b.plan`); the closest one is the check."""
+        from operatorx.backends.check import rel_error
+        from operatorx.backends.vllm.attention.proj import flavors
+
+        out = b.in_layout_order(fn())
+        best: Optional[tuple[float, str, Reference]] = None
+        for flavor in flavors(b.plan):
+            ref = self.reference(args, b, flavor)
+            err = rel_error(out[ref.rows.to(out.device)], ref.out)
+            if best is None or err < best[0]:
+                best = (err, flavor, ref)
+        assert best is not None
+        err, flavor, ref = best
+        graph = "; output of the CUDA-graph replay" if b.graph is not None else ""
+        scales = "" if flavor == "none" else f"; {b.plan.scheme} activations quantized with {flavor} scales"
+        return Check(err, self.bound(args), int(ref.rows.numel()), f"{ref.what}; {self.CACHE_READ}{graph}{scales}")
+
     def supports(self, case: Case, device: str) -> Optional[str]:
         why = self.refusal(case.args)
         if why is not None:
@@ -100,22 +117,7 @@ class VllmAttentionBackend:
             return state["built"].timed()
 
         def check() -> Check:
-            from operatorx.backends.check import rel_error
-            from operatorx.backends.vllm.attention.proj import flavors
-
-            b = state["built"]
-            out = b.in_layout_order(fn())
-            best: Optional[tuple[float, str, Reference]] = None
-            for flavor in flavors(b.plan):           # the activation scales vLLM may have used: the closest
-                ref = self.reference(args, b, flavor)
-                err = rel_error(out[ref.rows.to(out.device)], ref.out)
-                if best is None or err < best[0]:
-                    best = (err, flavor, ref)
-            assert best is not None
-            err, flavor, ref = best
-            graph = "; output of the CUDA-graph replay" if b.graph is not None else ""
-            scales = "" if flavor == "none" else f"; {b.plan.scheme} activations quantized with {flavor} scales"
-            return Check(err, self.bound(args), int(ref.rows.numel()), f"{ref.what}; {self.CACHE_READ}{graph}{scales}")
+            return self.check(args, state["built"], fn)
 
         layers: dict[str, Any] = {"module.forward": built.eager} if built.graph is not None else {}
 

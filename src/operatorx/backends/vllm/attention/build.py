@@ -19,7 +19,7 @@ backend's builder makes, and the timed call (imports vLLM; called from attention
 from __future__ import annotations
 
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
@@ -29,62 +29,32 @@ from operatorx.backends.torch.attention.gqa import GqaWeights, gqa_weights
 from operatorx.backends.torch.attention.layout import PAGE_TOKENS, Layout, Request, plan_layout
 from operatorx.backends.torch.memory import require_memory
 from operatorx.backends.vllm.attention.batch import BatchIndex, batch_index, block_offsets
+from operatorx.backends.vllm.attention.built import BuiltPaged
 from operatorx.backends.vllm.attention.module import case_config, load_weights, make_module, max_position
 from operatorx.backends.vllm.attention.proj import projection_kernels, quant_config_of
 from operatorx.backends.vllm.attention.support import ModuleChoice, projection_plan
 from operatorx.backends.vllm.common import class_name, vllm_refusals
 from operatorx.backends.vllm.env import VllmEnv
 from operatorx.backends.vllm.graphs import CapturedCall, GraphOrEager, capture, graph_size
-from operatorx.backends.vllm.quant_map import Plan
 from operatorx.spec import Case
 from operatorx.spec.attention import GqaArgs
 
 __all__ = ["BuiltGqa", "build_gqa", "FILL_CHUNK_BYTES", "allocate_cache", "common_metadata", "graph_rule",
-           "layout_order", "builder_split", "graph_notes", "capture_or_error", "cache_dtype_str"]
+           "builder_split", "graph_notes", "capture_or_error", "cache_dtype_str"]
 
 #: Most bytes of random values generated at once while filling the cache.
 FILL_CHUNK_BYTES = 1 << 28
 
 
-def layout_order(out: torch.Tensor, index: BatchIndex) -> torch.Tensor:
-    """The module's output rows (batch order) put back in the layout's row order."""
-    return torch.empty_like(out).index_copy_(0, index.rows.to(out.device), out)
+@dataclass(kw_only=True)
+class BuiltGqa(BuiltPaged):
+    """kv_cache: the (num_blocks, kv_heads, block_size, 2·head_dim) view."""
 
-
-@dataclass
-class BuiltGqa(GraphOrEager):
-    module: Any
-    attn: Any
-    layer_name: str
-    config: Any
-    layout: Layout
-    index: BatchIndex
     weights: GqaWeights
-    x: torch.Tensor
-    """[T, hidden] in layout order (the reference's input)."""
-    x_batch: torch.Tensor
-    """The same rows in vLLM's batch order (the module's input)."""
-    positions: torch.Tensor
-    kv_cache: torch.Tensor
-    """The logical (num_blocks, kv_heads, block_size, 2·head_dim) view the layer holds."""
-    attn_metadata: Any
-    slot_mapping: torch.Tensor
-    forward_context: Any
-    plan: Plan
-    """The projections' plan (bf16 or block FP8)."""
-    graph: Optional[CapturedCall] = None
-    metadata: dict[str, Any] = field(default_factory=dict)
 
-    def eager(self) -> torch.Tensor:
-        with torch.no_grad(), self.forward_context({self.layer_name: self.attn_metadata}, self.config,
-                                                   num_tokens=self.index.num_tokens,
-                                                   slot_mapping={self.layer_name: self.slot_mapping}):
-            out: torch.Tensor = self.module(self.positions, self.x_batch)
+    def forward(self) -> torch.Tensor:
+        out: torch.Tensor = self.module(self.positions, self.x_batch)
         return out
-
-    def in_layout_order(self, out: torch.Tensor) -> torch.Tensor:
-        """The module's output rows (batch order) put back in the layout's row order."""
-        return layout_order(out, self.index)
 
     def cached(self, r: Request) -> tuple[torch.Tensor, torch.Tensor]:
         """fp32 K, V [ctx - key_start, kv_heads, head_dim] of the request's cached positions, read through
@@ -227,8 +197,10 @@ def build_gqa(case: Case, args: GqaArgs, choice: ModuleChoice, stack: ExitStack)
     positions = index.positions.to("cuda")
     if args.mrope_section is not None:              # the runner's mrope positions [3, T]: t = h = w for text
         positions = positions.expand(3, -1).contiguous()
-    built = BuiltGqa(module, attn, layer_name, config, layout, index, weights, x, x[index.rows.to("cuda")],
-                     positions, kv_cache, attn_metadata, index.slot_mapping.to("cuda"), set_forward_context, plan)
+    built = BuiltGqa(module=module, attn=attn, layer_name=layer_name, config=config, layout=layout, index=index,
+                     weights=weights, x=x, x_batch=x[index.rows.to("cuda")], positions=positions,
+                     kv_cache=kv_cache, attn_metadata=attn_metadata, slot_mapping=index.slot_mapping.to("cuda"),
+                     forward_context=set_forward_context, plan=plan)
     with vllm_refusals(f"the forward ({backend.get_name()})", construction=False):
         built.eager()
         torch.cuda.synchronize()

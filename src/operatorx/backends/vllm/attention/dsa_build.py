@@ -21,8 +21,8 @@ from attention/dsa.py).
 from __future__ import annotations
 
 from contextlib import ExitStack
-from dataclasses import dataclass, field
-from typing import Any, Optional
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -30,7 +30,7 @@ from operatorx.backends.base import Unsupported
 from operatorx.backends.torch.attention.dsa import DsaWeights, dsa_weights, mla_args
 from operatorx.backends.torch.attention.layout import Layout, Request, plan_layout
 from operatorx.backends.torch.memory import require_memory
-from operatorx.backends.vllm.attention.batch import BatchIndex, batch_index, cached_latents
+from operatorx.backends.vllm.attention.batch import batch_index, cached_latents
 from operatorx.backends.vllm.attention.build import (
     FILL_CHUNK_BYTES,
     allocate_cache,
@@ -38,8 +38,8 @@ from operatorx.backends.vllm.attention.build import (
     capture_or_error,
     common_metadata,
     graph_rule,
-    layout_order,
 )
+from operatorx.backends.vllm.attention.built import BuiltPaged
 from operatorx.backends.vllm.attention.dsa_layout import index_cache_width, pack_index_block, read_index_keys
 from operatorx.backends.vllm.attention.dsa_meta import dsa_metadata
 from operatorx.backends.vllm.attention.dsa_module import dsa_case_config, load_dsa_weights, make_dsa_module
@@ -51,8 +51,6 @@ from operatorx.backends.vllm.attention.proj import projection_kernels, quant_con
 from operatorx.backends.vllm.attention.support import DEEPSEEK_MLA
 from operatorx.backends.vllm.common import vllm_refusals
 from operatorx.backends.vllm.env import VllmEnv
-from operatorx.backends.vllm.graphs import CapturedCall, GraphOrEager
-from operatorx.backends.vllm.quant_map import Plan
 from operatorx.spec import Case
 from operatorx.spec.attention import MlaDsaArgs
 
@@ -61,42 +59,26 @@ __all__ = ["BuiltDsa", "build_dsa", "dsa_device_bytes"]
 DSA_LAYERS = ("fused_qkv_a_proj", "q_b_proj", "kv_b_proj", "o_proj")
 
 
-@dataclass
-class BuiltDsa(GraphOrEager):
-    module: Any
-    attn: Any
-    layer_name: str
+@dataclass(kw_only=True)
+class BuiltDsa(BuiltPaged):
     index_name: str
-    config: Any
-    layout: Layout
-    index: BatchIndex
+    """The Indexer's key-cache layer."""
     weights: DsaWeights
-    x: torch.Tensor
-    x_batch: torch.Tensor
-    positions: torch.Tensor
-    kv_cache: torch.Tensor
     index_cache: torch.Tensor
     topk_indices: torch.Tensor
     """The model's int32 [max_num_batched_tokens, topk] buffer the Indexer writes, in batch order."""
-    attn_metadata: Any
     index_metadata: Any
-    slot_mapping: torch.Tensor
-    forward_context: Any
-    plan: Plan
     index_dim: int
-    graph: Optional[CapturedCall] = None
-    metadata: dict[str, Any] = field(default_factory=dict)
 
-    def eager(self) -> torch.Tensor:
-        with torch.no_grad(), self.forward_context(
-                {self.layer_name: self.attn_metadata, self.index_name: self.index_metadata}, self.config,
-                num_tokens=self.index.num_tokens,
-                slot_mapping={self.layer_name: self.slot_mapping, self.index_name: self.slot_mapping}):
-            out: torch.Tensor = self.module(self.positions, self.x_batch, None)
+    def layer_metadata(self) -> dict[str, Any]:
+        return {self.layer_name: self.attn_metadata, self.index_name: self.index_metadata}
+
+    def slot_mappings(self) -> dict[str, torch.Tensor]:
+        return {self.layer_name: self.slot_mapping, self.index_name: self.slot_mapping}
+
+    def forward(self) -> torch.Tensor:
+        out: torch.Tensor = self.module(self.positions, self.x_batch, None)
         return out
-
-    def in_layout_order(self, out: torch.Tensor) -> torch.Tensor:
-        return layout_order(out, self.index)
 
     def cached(self, r: Request) -> torch.Tensor:
         return cached_latents(self.kv_cache, r)
@@ -225,10 +207,12 @@ def build_dsa(case: Case, args: MlaDsaArgs, stack: ExitStack) -> BuiltDsa:
         index_metadata = index_builder.build(common_prefix_len=0, common_attn_metadata=common)
 
     x = torch.randn(layout.tokens, args.hidden, generator=gen, device="cuda", dtype=torch.bfloat16)
-    built = BuiltDsa(module, attn, layer_name, index_name, config, layout, index, weights, x,
-                     x[index.rows.to("cuda")], index.positions.to("cuda"), kv_cache, index_cache, topk_indices,
-                     attn_metadata, index_metadata, index.slot_mapping.to("cuda"), set_forward_context, plan,
-                     args.index_dim)
+    built = BuiltDsa(module=module, attn=attn, layer_name=layer_name, index_name=index_name, config=config,
+                     layout=layout, index=index, weights=weights, x=x, x_batch=x[index.rows.to("cuda")],
+                     positions=index.positions.to("cuda"), kv_cache=kv_cache, index_cache=index_cache,
+                     topk_indices=topk_indices, attn_metadata=attn_metadata, index_metadata=index_metadata,
+                     slot_mapping=index.slot_mapping.to("cuda"), forward_context=set_forward_context, plan=plan,
+                     index_dim=args.index_dim)
     with vllm_refusals(f"the forward ({backend.get_name()}, {index_backend.get_name()})", construction=False):
         built.eager()
         torch.cuda.synchronize()

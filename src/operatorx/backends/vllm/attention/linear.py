@@ -16,13 +16,15 @@ token-by-token module on the same weights, inputs and states. Importing this mod
 
 from __future__ import annotations
 
-import gc
+from contextlib import ExitStack
 from typing import TYPE_CHECKING, Any, Optional, Union
 
-from operatorx.backends.base import Check, Prepared, Unsupported
+from operatorx.backends.base import Check
+from operatorx.backends.vllm.attention.base import VllmAttentionBackend
 from operatorx.backends.vllm.attention.linear_support import linear_refusal
 from operatorx.spec import Case
 from operatorx.spec.attention import GdnArgs, KdaArgs
+from operatorx.spec.op_type import OpArgs
 
 if TYPE_CHECKING:
     from operatorx.backends.vllm.attention.linear_build import BuiltLinear
@@ -60,47 +62,20 @@ def check_linear(args: Union[GdnArgs, KdaArgs], b: BuiltLinear, fn: Any) -> Chec
                  f"{out_error:.3g}, recurrent state after the call {ssm:.3g}, conv state {conv:.3g}{graph}")
 
 
-class _VllmLinear:
-    name = "vllm"
-    op_type = ""
+class _VllmLinear(VllmAttentionBackend):
+    """gdn and kda: their own refusal, build and check (output and the states after the call)."""
 
-    def supports(self, case: Case, device: str) -> Optional[str]:
-        why = linear_refusal(case.args)
-        if why is not None:
-            return why
-        if device != "cuda":
-            return f"device {device!r}: the vllm backend runs on CUDA GPUs"
-        from operatorx.backends.vllm.env import vllm_missing
+    def refusal(self, args: OpArgs) -> Optional[str]:
+        return linear_refusal(args)
 
-        return vllm_missing()
-
-    def prepare(self, case: Case, device: str) -> Prepared:
-        args = case.args
-        assert isinstance(args, (GdnArgs, KdaArgs))
-        why = self.supports(case, device)
-        if why is not None:
-            raise Unsupported(why)
+    def build(self, case: Case, args: Any, stack: ExitStack) -> BuiltLinear:
         from operatorx.backends.vllm.attention.linear_build import build_linear
-        from operatorx.backends.vllm.common import VllmBackendBase
 
-        built, stack = VllmBackendBase.build_in_stack(lambda stack: build_linear(case, args, stack))
-        state: dict[str, Any] = {"built": built}
+        assert isinstance(args, (GdnArgs, KdaArgs))
+        return build_linear(case, args, stack)
 
-        def fn() -> Any:
-            return state["built"].timed()
-
-        def check() -> Check:
-            return check_linear(args, state["built"], fn)
-
-        layers: dict[str, Any] = {"module.forward": built.eager} if built.graph is not None else {}
-
-        def release() -> None:
-            layers.clear()
-            state.clear()
-            stack.close()
-            gc.collect()          # vLLM modules sit in reference cycles (see moe.py's release)
-
-        return Prepared(fn=fn, check=check, metadata=built.metadata, release=release, layers=layers)
+    def check(self, args: Any, b: Any, fn: Any) -> Check:
+        return check_linear(args, b, fn)
 
 
 class VllmGdn(_VllmLinear):

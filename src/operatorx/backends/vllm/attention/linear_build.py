@@ -18,8 +18,8 @@ GDN attention backend's builder makes, and the timed call (imports vLLM; called 
 from __future__ import annotations
 
 from contextlib import ExitStack
-from dataclasses import dataclass, field
-from typing import Any, Optional, Union
+from dataclasses import dataclass
+from typing import Any, Union
 
 import torch
 
@@ -35,8 +35,9 @@ from operatorx.backends.torch.attention.linear_weights import (
     state_heads,
 )
 from operatorx.backends.torch.memory import require_memory
-from operatorx.backends.vllm.attention.batch import BatchIndex, batch_index
-from operatorx.backends.vllm.attention.build import capture_or_error, common_metadata, graph_rule, layout_order
+from operatorx.backends.vllm.attention.batch import batch_index
+from operatorx.backends.vllm.attention.build import capture_or_error, common_metadata, graph_rule
+from operatorx.backends.vllm.attention.built import BuiltModule
 from operatorx.backends.vllm.attention.linear_layout import state_layout, state_slot, state_slots
 from operatorx.backends.vllm.attention.linear_module import (
     linear_case_config,
@@ -46,27 +47,16 @@ from operatorx.backends.vllm.attention.linear_module import (
 from operatorx.backends.vllm.attention.linear_support import LinearModule, build_refusal, linear_module
 from operatorx.backends.vllm.common import vllm_refusals
 from operatorx.backends.vllm.env import VllmEnv
-from operatorx.backends.vllm.graphs import CapturedCall, GraphOrEager
 from operatorx.spec import Case
 from operatorx.spec.attention import GdnArgs, KdaArgs
 
 __all__ = ["BuiltLinear", "build_linear", "allocate_states", "state_views", "device_bytes"]
 
 
-@dataclass
-class BuiltLinear(GraphOrEager):
-    module: Any
+@dataclass(kw_only=True)
+class BuiltLinear(BuiltModule):
     choice: LinearModule
-    layer_name: str
-    config: Any
-    layout: Layout
-    index: BatchIndex
     weights: LinearWeights
-    x: torch.Tensor
-    """[T, hidden] in layout order (the reference's input)."""
-    x_batch: torch.Tensor
-    """The same rows in vLLM's batch order (the module's input)."""
-    positions: torch.Tensor
     raw: torch.Tensor
     """The int8 buffer every state view of the layer lives in."""
     states: list[torch.Tensor]
@@ -75,23 +65,14 @@ class BuiltLinear(GraphOrEager):
     """`raw` as filled, before any call."""
     conv_dim_first: bool
     """vLLM's conv state layout: DS (dim, width - 1) stored, else SD (width - 1, dim)."""
-    attn_metadata: Any
-    forward_context: Any
-    graph: Optional[CapturedCall] = None
-    metadata: dict[str, Any] = field(default_factory=dict)
 
-    def eager(self) -> torch.Tensor:
-        with torch.no_grad(), self.forward_context({self.layer_name: self.attn_metadata}, self.config,
-                                                   num_tokens=self.index.num_tokens):
-            if self.choice.cls == "KimiGatedDeltaNetAttention":
-                out = torch.empty_like(self.x_batch)
-                self.module(hidden_states=self.x_batch, positions=self.positions, output=out)
-                return out
-            result: torch.Tensor = self.module(self.x_batch)
+    def forward(self) -> torch.Tensor:
+        if self.choice.cls == "KimiGatedDeltaNetAttention":
+            out = torch.empty_like(self.x_batch)
+            self.module(hidden_states=self.x_batch, positions=self.positions, output=out)
+            return out
+        result: torch.Tensor = self.module(self.x_batch)
         return result
-
-    def in_layout_order(self, out: torch.Tensor) -> torch.Tensor:
-        return layout_order(out, self.index)
 
     def restore(self) -> None:
         """Every state back to its filled values (the forward updates them in place)."""
@@ -202,9 +183,10 @@ def build_linear(case: Case, args: Union[GdnArgs, KdaArgs], stack: ExitStack) ->
         md = builder.build(common_prefix_len=0, common_attn_metadata=common_metadata(index))
 
     x = torch.randn(layout.tokens, args.hidden, generator=gen, device="cuda", dtype=torch.bfloat16)
-    built = BuiltLinear(module, choice, prefix, config, layout, index, weights, x, x[index.rows.to("cuda")],
-                        index.positions.to("cuda"), raw, states, torch.empty_like(raw), conv_dim_first, md,
-                        set_forward_context)
+    built = BuiltLinear(module=module, choice=choice, layer_name=prefix, config=config, layout=layout, index=index,
+                        weights=weights, x=x, x_batch=x[index.rows.to("cuda")], positions=index.positions.to("cuda"),
+                        raw=raw, states=states, snapshot=torch.empty_like(raw), conv_dim_first=conv_dim_first,
+                        attn_metadata=md, forward_context=set_forward_context)
     _fill(built, args, gen)
     with vllm_refusals(f"the forward ({backend.get_name()})", construction=False):
         built.eager()

@@ -17,7 +17,7 @@ metadata its MLA backend's builder makes, and the timed call (imports vLLM; call
 from __future__ import annotations
 
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
@@ -26,7 +26,7 @@ from operatorx.backends.base import Unsupported
 from operatorx.backends.torch.attention.layout import Layout, Request, plan_layout
 from operatorx.backends.torch.attention.mla import MlaWeights, mla_weights, softmax_scale
 from operatorx.backends.torch.memory import require_memory
-from operatorx.backends.vllm.attention.batch import BatchIndex, batch_index, cached_latents
+from operatorx.backends.vllm.attention.batch import batch_index, cached_latents
 from operatorx.backends.vllm.attention.build import (
     FILL_CHUNK_BYTES,
     allocate_cache,
@@ -36,8 +36,8 @@ from operatorx.backends.vllm.attention.build import (
     common_metadata,
     graph_notes,
     graph_rule,
-    layout_order,
 )
+from operatorx.backends.vllm.attention.built import BuiltPaged
 from operatorx.backends.vllm.attention.mla_module import (
     load_mla_weights,
     make_mla_module,
@@ -49,8 +49,6 @@ from operatorx.backends.vllm.attention.proj import projection_kernels, quant_con
 from operatorx.backends.vllm.attention.support import DEEPSEEK_MLA, projection_plan
 from operatorx.backends.vllm.common import class_name, vllm_refusals
 from operatorx.backends.vllm.env import VllmEnv
-from operatorx.backends.vllm.graphs import CapturedCall, GraphOrEager
-from operatorx.backends.vllm.quant_map import Plan
 from operatorx.spec import Case
 from operatorx.spec.attention import MlaArgs
 
@@ -62,40 +60,16 @@ MLA_LAYERS = ("fused_qkv_a_proj", "q_b_proj", "kv_b_proj", "o_proj")
 WORKSPACE_TOKENS = 64 * 1024
 
 
-@dataclass
-class BuiltMla(GraphOrEager):
-    module: Any
-    attn: Any
-    """The module's MLAAttention layer."""
-    layer_name: str
-    config: Any
-    layout: Layout
-    index: BatchIndex
+@dataclass(kw_only=True)
+class BuiltMla(BuiltPaged):
+    """attn: the module's MLAAttention layer; kv_cache: the [num_blocks, block_size, kv_lora_rank + rope_dim]
+    view."""
+
     weights: MlaWeights
-    x: torch.Tensor
-    """[T, hidden] in layout order (the reference's input)."""
-    x_batch: torch.Tensor
-    """The same rows in vLLM's batch order (the module's input)."""
-    positions: torch.Tensor
-    kv_cache: torch.Tensor
-    """The logical [num_blocks, block_size, kv_lora_rank + rope_dim] view the layer holds."""
-    attn_metadata: Any
-    slot_mapping: torch.Tensor
-    forward_context: Any
-    plan: Plan
-    """The projections' plan (bf16 or block FP8)."""
-    graph: Optional[CapturedCall] = None
-    metadata: dict[str, Any] = field(default_factory=dict)
 
-    def eager(self) -> torch.Tensor:
-        with torch.no_grad(), self.forward_context({self.layer_name: self.attn_metadata}, self.config,
-                                                   num_tokens=self.index.num_tokens,
-                                                   slot_mapping={self.layer_name: self.slot_mapping}):
-            out: torch.Tensor = self.module(self.positions, self.x_batch, None)
+    def forward(self) -> torch.Tensor:
+        out: torch.Tensor = self.module(self.positions, self.x_batch, None)
         return out
-
-    def in_layout_order(self, out: torch.Tensor) -> torch.Tensor:
-        return layout_order(out, self.index)
 
     def latent_quantized(self, r: Request) -> bool:
         """Whether vLLM runs kv_b_proj as a layer over the request's latents: a request after the builder's
@@ -188,9 +162,10 @@ def build_mla(case: Case, args: MlaArgs, stack: ExitStack) -> BuiltMla:
         attn_metadata = builder.build(common_prefix_len=0, common_attn_metadata=common_metadata(index))
 
     x = torch.randn(layout.tokens, args.hidden, generator=gen, device="cuda", dtype=torch.bfloat16)
-    built = BuiltMla(module, attn, layer_name, config, layout, index, weights, x, x[index.rows.to("cuda")],
-                     index.positions.to("cuda"), kv_cache, attn_metadata, index.slot_mapping.to("cuda"),
-                     set_forward_context, plan)
+    built = BuiltMla(module=module, attn=attn, layer_name=layer_name, config=config, layout=layout, index=index,
+                     weights=weights, x=x, x_batch=x[index.rows.to("cuda")], positions=index.positions.to("cuda"),
+                     kv_cache=kv_cache, attn_metadata=attn_metadata, slot_mapping=index.slot_mapping.to("cuda"),
+                     forward_context=set_forward_context, plan=plan)
     with vllm_refusals(f"the forward ({backend.get_name()})", construction=False):
         built.eager()
         torch.cuda.synchronize()
