@@ -68,7 +68,8 @@ BACKENDS: dict[str, BackendEntry] = {
         "vllm", {"gemm": "operatorx.backends.vllm.gemm:VllmGemm", "moe": "operatorx.backends.vllm.moe:VllmMoe",
                  "collective": "operatorx.backends.vllm.collective:VllmCollective",
                  "gqa": "operatorx.backends.vllm.attention:VllmGqa",
-                 "mla": "operatorx.backends.vllm.attention.mla:VllmMla"},
+                 "mla": "operatorx.backends.vllm.attention.mla:VllmMla",
+                 "gdn": "operatorx.backends.vllm.attention.linear:VllmGdn"},
         requires="vllm", framework="vLLM", install_hint='pip install -e ".[vllm]" (or pip install "operatorx[vllm]")',
         versions=("vllm",), warm="operatorx.backends.vllm.env:warm"),
 }

@@ -590,8 +590,7 @@ class GdnArgs(AttentionArgs):
     """Gated DeltaNet linear attention: projections, causal conv, delta rule over a recurrent state."""
 
     TYPE = "gdn"
-    MISSING = ("the vllm backend's gdn (QwenGatedDeltaNetAttention, backends/vllm/attention/linear.py) is built but "
-               "not yet passing on an H200, so it is not registered")
+    IMPLEMENTED = True
     PROJECTIONS = ("in_proj_qkv", "in_proj_z", "in_proj_a", "in_proj_b", "out_proj")
     qk_heads: Size
     v_heads: Size
