@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Optional, Union
 
 from operatorx.backends.torch.attention.dsa import mla_args
-from operatorx.backends.vllm.attention.support import MULTI_RANK, projection_plan
+from operatorx.backends.vllm.attention.support import projection_plan, type_and_split
 from operatorx.spec.attention import MlaDsaArgs
 from operatorx.spec.op_type import OpArgs
 
@@ -60,10 +60,10 @@ def dsa_projection_plan(args: MlaDsaArgs) -> Union[Plan, str]:
 
 def dsa_refusal(args: OpArgs) -> Optional[str]:
     """None when the vllm mla_dsa backend can build the case (vLLM and the device aside); else why, by field."""
-    if not isinstance(args, MlaDsaArgs):
-        return f"{getattr(args, 'TYPE', type(args).__name__)}: the vllm mla_dsa backend runs mla_dsa only"
-    if args.parallel is not None and not args.parallel.is_single:
-        return f"parallel {args.parallel.label()}: {MULTI_RANK}"
+    why = type_and_split(args, MlaDsaArgs, "mla_dsa")
+    if why is not None:
+        return why
+    assert isinstance(args, MlaDsaArgs)
     plan = dsa_projection_plan(args)
     if isinstance(plan, str):
         return plan

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from operatorx.backends.vllm.quant_map import Plan
 
 __all__ = ["ModuleChoice", "module_choice", "refusal", "mla_refusal", "projection_plan", "PROJECTION_SCHEMES",
-           "projection_bound", "CACHE_DTYPE", "MULTI_RANK", "DEEPSEEK_MLA"]
+           "projection_bound", "CACHE_DTYPE", "MULTI_RANK", "DEEPSEEK_MLA", "type_and_split"]
 
 MULTI_RANK = "multi-rank vLLM attention is not built"
 #: `kv_cache_dtype` -> vLLM's CacheConfig.cache_dtype (config/cache.py CacheDType).
@@ -121,12 +121,21 @@ def _projections(args: AttentionArgs) -> Optional[str]:
     return plan if isinstance(plan, str) else None
 
 
-def refusal(args: OpArgs) -> Optional[str]:
-    """None when the vllm gqa backend can build the case (vLLM and the device aside); else why, by field."""
-    if not isinstance(args, GqaArgs):
-        return f"{getattr(args, 'TYPE', type(args).__name__)}: the vllm attention backend runs gqa only"
+def type_and_split(args: OpArgs, cls: type[AttentionArgs], backend: str) -> Optional[str]:
+    """The first refusals of every vllm attention backend: another op type, then a multi-rank split."""
+    if not isinstance(args, cls):
+        return f"{getattr(args, 'TYPE', type(args).__name__)}: the vllm {backend} backend runs {cls.TYPE} only"
     if args.parallel is not None and not args.parallel.is_single:
         return f"parallel {args.parallel.label()}: {MULTI_RANK}"
+    return None
+
+
+def refusal(args: OpArgs) -> Optional[str]:
+    """None when the vllm gqa backend can build the case (vLLM and the device aside); else why, by field."""
+    why = type_and_split(args, GqaArgs, "attention")
+    if why is not None:
+        return why
+    assert isinstance(args, GqaArgs)
     why = _projections(args)
     if why is not None:
         return why
@@ -136,10 +145,10 @@ def refusal(args: OpArgs) -> Optional[str]:
 
 def mla_refusal(args: OpArgs) -> Optional[str]:
     """None when the vllm mla backend can build the case (vLLM and the device aside); else why, by field."""
-    if not isinstance(args, MlaArgs):
-        return f"{getattr(args, 'TYPE', type(args).__name__)}: the vllm mla backend runs mla only"
-    if args.parallel is not None and not args.parallel.is_single:
-        return f"parallel {args.parallel.label()}: {MULTI_RANK}"
+    why = type_and_split(args, MlaArgs, "mla")
+    if why is not None:
+        return why
+    assert isinstance(args, MlaArgs)
     why = _projections(args)
     if why is not None:
         return why
