@@ -111,3 +111,23 @@ def test_rotary_dim_sets_rope_dim():
     ckpt = _ckpt("meta-llama/Llama-3.1-8B-Instruct")
     cases, _ = _cases(ckpt, _rearch(ckpt, rotary_dim=64))
     assert (cases[0].args.head_dim, cases[0].args.rope_dim) == (128, 64)
+
+
+def test_rope_facts_inside_rope_parameters_are_read_as_transformers_5_configs_keep_them():
+    """Qwen3.5 keeps rope_theta and partial_rotary_factor in text_config.rope_parameters only: its
+    gqa case gets theta 1e7 and rope_dim 256 x 0.25, and its gdn module comes with it."""
+    cases, notes = _cases(_ckpt("Qwen/Qwen3.5-35B-A3B"))
+    assert notes == [] and [c.type for c in cases] == ["gqa", "gdn"]
+    gqa, gdn = (c.args for c in cases)
+    assert (gqa.head_dim, gqa.rope_dim, gqa.rope_theta, gqa.gate, gqa.qk_norm) == (256, 64, 1e7, True, True)
+    assert (gdn.qk_heads, gdn.v_heads, gdn.head_dim, gdn.conv_kernel) == (16, 32, 128, 4)
+
+
+def test_a_rope_parameters_with_a_scaling_type_is_the_rope_scaling():
+    ckpt = _ckpt("deepseek-ai/DeepSeek-V3")
+    yarn = dict(ckpt.arch.config["rope_scaling"])
+    theta = ckpt.arch.config["rope_theta"]
+    moved = _rearch(ckpt, rope_scaling=None, rope_theta=None, rope_parameters={**yarn, "rope_theta": theta})
+    (case,), notes = _cases(ckpt, moved)
+    (same,), _ = _cases(ckpt)
+    assert notes == [] and case.args == same.args

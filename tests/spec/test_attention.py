@@ -374,6 +374,18 @@ def test_an_mla_shard_splits_heads_and_a_dcp_one_has_no_shard():
         odd.rank_shard()
 
 
+def test_a_gdn_shard_divides_its_qk_and_v_heads_and_refuses_a_split_that_does_not_divide():
+    gdn = {"hidden": 64, "qk_heads": 4, "v_heads": 8, "head_dim": 16, "conv_kernel": 4}
+    tp = case("gdn", [{"count": 2, "q": 1, "ctx": 64}], **gdn, parallel={"tp": 4}).args
+    shard, rule = tp.rank_shard()
+    assert (shard.qk_heads, shard.v_heads, shard.head_dim, shard.parallel) == (1, 2, 16, None)
+    assert rule == "heads tensor-parallel over 4: qk_heads 4 -> 1, v_heads 8 -> 2"
+    assert shard.cost_parts()["state_bytes"] * 4 == tp.cost_parts()["state_bytes"]
+    odd = case("gdn", [{"count": 1, "q": 1, "ctx": 8}], **gdn, parallel={"tp": 8}).args
+    with pytest.raises(ShardRefused, match="qk_heads=4 does not split 8 ways"):
+        odd.rank_shard()
+
+
 def test_attention_families_differ_in_the_batch_alone():
     """The Shape page plots a family against the batch: one line per module and (q, ctx), never two
     models or two contexts on one line."""

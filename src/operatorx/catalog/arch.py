@@ -24,6 +24,9 @@ _ALIASES: dict[str, tuple[str, ...]] = {
     "n_group": ("n_group", "num_expert_group"),
 }
 
+#: RoPE keys a config may state at top level or inside `rope_parameters`.
+ROPE_PARAMETER_KEYS = ("rope_theta", "partial_rotary_factor")
+
 #: Facts a model's reference implementation fixes when its config.json does not say them.
 IMPLEMENTATION_KEYS = (
     "scoring_func", "e_score_correction_bias", "norm_topk_prob", "activation", "gate_dtype",
@@ -41,16 +44,26 @@ class Arch:
     implementation: dict[str, Any] = field(default_factory=dict)
 
     # --- raw access ----------------------------------------------------------------------
-    def has(self, key: str) -> bool:
-        names = _ALIASES.get(key, (key,))
-        return any(self.config.get(n) is not None for n in names) or self.implementation.get(key) is not None
-
-    def get(self, key: str, needed_for: str) -> Any:
-        """The value of `key` (or an alias); MissingField naming `key` when absent or null."""
+    def _stated(self, key: str) -> Any:
+        """The config's value of `key` or an alias; a RoPE key also inside `rope_parameters`, where
+        transformers-5 configs (GLM-5, Qwen3.5) keep it; None when unstated."""
         for name in _ALIASES.get(key, (key,)):
             value = self.config.get(name)
             if value is not None:
                 return value
+        rope = self.config.get("rope_parameters")
+        if key in ROPE_PARAMETER_KEYS and isinstance(rope, dict):
+            return rope.get(key)
+        return None
+
+    def has(self, key: str) -> bool:
+        return self._stated(key) is not None or self.implementation.get(key) is not None
+
+    def get(self, key: str, needed_for: str) -> Any:
+        """The value of `key` (or an alias); MissingField naming `key` when absent or null."""
+        value = self._stated(key)
+        if value is not None:
+            return value
         if self.implementation.get(key) is not None:
             return self.implementation[key]
         raise MissingField(key, f"{needed_for} ({self.origin})")

@@ -97,8 +97,8 @@ def _rope_theta(arch: Arch, what: str, key: str = "rope_theta") -> float:
 def _yarn(arch: Arch) -> Optional[dict[str, Any]]:
     """`rope_scaling` of type yarn in the format's spelling; None without scaling; other types are
     NotDerived (the format's rope_scaling is yarn only)."""
-    raw = arch.config.get("rope_scaling")
-    if not isinstance(raw, dict):
+    raw = rope_scaling(arch)
+    if raw is None:
         return None
     kind = raw.get("type", raw.get("rope_type"))
     if kind != "yarn":
@@ -144,10 +144,22 @@ def _rope_dim(arch: Arch, head_dim: int) -> int:
     return rotary
 
 
+def rope_scaling(arch: Arch) -> Optional[dict[str, Any]]:
+    """The config's RoPE scaling: `rope_scaling`, else a `rope_parameters` whose rope_type is not
+    "default" (transformers-5 configs); None without scaling."""
+    raw = arch.config.get("rope_scaling")
+    if isinstance(raw, dict):
+        return raw
+    params = arch.config.get("rope_parameters")
+    if isinstance(params, dict) and params.get("rope_type", params.get("type", "default")) != "default":
+        return params
+    return None
+
+
 def _scaling_left_out(arch: Arch, why: str = "the gqa case format has no rope_scaling") -> dict[str, str]:
     """The metadata line for a `rope_scaling` the case cannot hold (none without scaling)."""
-    raw = arch.config.get("rope_scaling")
-    if not isinstance(raw, dict):
+    raw = rope_scaling(arch)
+    if raw is None:
         return {}
     kind = raw.get("rope_type", raw.get("type"))
     factor = raw.get("factor")

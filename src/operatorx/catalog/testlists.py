@@ -161,6 +161,8 @@ def _attn_small() -> list[Case]:
     cases: list[Case] = []
     notes: list[str] = []
     for ckpt in load_catalog():
+        if "attention" in ckpt.not_produced:      # its attention projections' scheme was not read
+            continue
         name, roles = next(iter(ckpt.schemes.items()))
         cases += attention_cases(ckpt.arch, roles, ckpt.source_id(name), min(ckpt.tps), notes,
                                  ATTN_SMALL_DECODE, ATTN_SMALL_PREFILL)

@@ -619,6 +619,15 @@ class GdnArgs(AttentionArgs):
         self._linear(tally, "out_proj", vd, h)
         _add_recurrence(self, tally, 2 * kd + vd, self.v_heads, d, self.conv_kernel, self.state_dtype)
 
+    def rank_shard(self, sources: Sequence[str] = (), shapes: LayerShapes = NO_LAYER_SHAPES) -> tuple[GdnArgs, str]:
+        """One rank's module: qk and v heads / tp (vLLM's gated delta net divides both exactly: its conv and
+        recurrent states are the rank's heads'), the whole hidden size in and out (out_proj's all-reduce
+        left out)."""
+        if self.parallel is None:
+            return self, "one device: the whole module"
+        data, moved = _heads_shard(self, {"qk_heads": self.qk_heads, "v_heads": self.v_heads})
+        return GdnArgs.model_validate(data), f"heads tensor-parallel over {self.parallel.tp}: {', '.join(moved)}"
+
 
 class KdaArgs(AttentionArgs):
     """Kimi Delta Attention: gated delta rule with a per-channel decay of rank gate_rank."""
