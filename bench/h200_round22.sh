@@ -3,7 +3,7 @@
 #   carry      nothing but the chunk that came with the call (vllm-1..7, engine-1..4, base-1, back to back)
 #   attn       the vllm attention gpu tests: gqa (the graph decode's split budget), mla, gdn/kda, mla_dsa
 #   layers     the rest of the vllm gpu tests (gemm, MoE, ranks at W=1)
-#   lists      attn_small, upstream attn_parallel (--rank-local) and bench/lists/gdn_probe.json through vllm;
+#   lists      attn_small (its gdn cases too) and upstream attn_parallel (--rank-local) through vllm;
 #              bench/torch_mla_fp8_probe.py (which block-FP8 GEMM cuBLASLt refuses)
 #   akc        bench/attn_kernel_check.py (AKC_ARGS adds its options)
 # Sequence: 12 carry calls, the last carrying vllm-7 + engine-4 + base-1 and running `attn`; then
@@ -30,7 +30,7 @@ case "${1:-carry}" in
     summary "$OUT/tests_vllm_layers.txt" ;;
   lists)
     . bench/device_kit.sh
-    for list in attn_small tests/spec/upstream/attn_parallel.json bench/lists/gdn_probe.json; do
+    for list in attn_small tests/spec/upstream/attn_parallel.json; do
       name=$(basename "$list" .json)
       timeout 200 python3 -m operatorx run -t "$list" --backend vllm --rank-local --db "$OUT/attn_vllm.db" \
         --results-dir "$OUT/res_vllm" > "$OUT/run_${name}_vllm.txt" 2>&1
