@@ -386,6 +386,16 @@ def test_a_gdn_shard_divides_its_qk_and_v_heads_and_refuses_a_split_that_does_no
         odd.rank_shard()
 
 
+def test_an_mla_dsa_shard_divides_the_mla_heads_and_keeps_the_indexer_whole():
+    tp = case("mla_dsa", [{"count": 2, "q": 1, "ctx": 1000}], **DSA, parallel={"tp": 2}).args
+    shard, rule = tp.rank_shard()
+    assert (shard.heads, shard.index_heads, shard.index_dim, shard.topk, shard.parallel) == (1, 2, 16, 32, None)
+    assert rule == "heads tensor-parallel over 2: heads 2 -> 1"
+    whole, one = tp.cost(), shard.cost()
+    assert one.cache_bytes == whole.cache_bytes            # the latent and index-key caches are every rank's
+    assert whole.attention_flops - one.attention_flops == 2 * 2 * 36 * 32   # one head's sparse attention less
+
+
 def test_attention_families_differ_in_the_batch_alone():
     """The Shape page plots a family against the batch: one line per module and (q, ctx), never two
     models or two contexts on one line."""

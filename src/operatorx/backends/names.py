@@ -69,6 +69,7 @@ BACKENDS: dict[str, BackendEntry] = {
                  "collective": "operatorx.backends.vllm.collective:VllmCollective",
                  "gqa": "operatorx.backends.vllm.attention:VllmGqa",
                  "mla": "operatorx.backends.vllm.attention.mla:VllmMla",
+                 "mla_dsa": "operatorx.backends.vllm.attention.dsa:VllmMlaDsa",
                  "gdn": "operatorx.backends.vllm.attention.linear:VllmGdn"},
         requires="vllm", framework="vLLM", install_hint='pip install -e ".[vllm]" (or pip install "operatorx[vllm]")',
         versions=("vllm",), warm="operatorx.backends.vllm.env:warm"),

@@ -121,6 +121,8 @@ class AttentionArgs(OpArgs):
     IMPLEMENTED = False
     TYPE: ClassVar[str] = ""
     PROJECTIONS: ClassVar[tuple[str, ...]] = ()
+    #: The head counts tp divides, as vLLM's module splits them (rank_shard); () = no shard yet.
+    SHARDED_HEADS: ClassVar[tuple[str, ...]] = ()
 
     hidden: Size
     batch: Batch
@@ -188,6 +190,16 @@ class AttentionArgs(OpArgs):
 
     def _add_cost(self, tally: CostTally) -> None:
         raise NotImplementedError
+
+    def rank_shard(self, sources: Sequence[str] = (), shapes: LayerShapes = NO_LAYER_SHAPES) -> tuple[OpArgs, str]:
+        """One rank's module: each SHARDED_HEADS count over tp (_heads_shard), the whole hidden size in and
+        out (the output projection's all-reduce left out); a type with no SHARDED_HEADS has no shard yet."""
+        if not self.SHARDED_HEADS:
+            return super().rank_shard(sources, shapes)
+        if self.parallel is None:
+            return self, "one device: the whole module"
+        data, moved = _heads_shard(self, {name: getattr(self, name) for name in self.SHARDED_HEADS})
+        return type(self).model_validate(data), f"heads tensor-parallel over {self.parallel.tp}: {', '.join(moved)}"
 
     def flops(self) -> int:
         """cost().flops: the projections plus the attention over each request's context."""
@@ -292,6 +304,8 @@ class GqaArgs(_GroupedHeads):
 
     TYPE = "gqa"
     IMPLEMENTED = True
+    #: q heads / tp; KV heads / tp, or one replicated per rank when tp exceeds them.
+    SHARDED_HEADS = ("q_heads", "kv_heads")
     PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")
     qk_norm: bool = False
     gate: bool = False
@@ -304,14 +318,6 @@ class GqaArgs(_GroupedHeads):
         q_out = self.q_heads * self.head_dim * (2 if self.gate else 1)
         read_cap = self.window - 1 if self.window is not None else None
         self._add_heads(tally, q_out, self.window, _KV_ELEMENT_BYTES[self.kv_cache_dtype], read_cap)
-
-    def rank_shard(self, sources: Sequence[str] = (), shapes: LayerShapes = NO_LAYER_SHAPES) -> tuple[GqaArgs, str]:
-        """One rank's module: its q and KV heads (_heads_shard), the whole hidden size in and out (o_proj's
-        all-reduce left out)."""
-        if self.parallel is None:
-            return self, "one device: the whole module"
-        data, moved = _heads_shard(self, {"q_heads": self.q_heads, "kv_heads": self.kv_heads})
-        return GqaArgs.model_validate(data), f"heads tensor-parallel over {self.parallel.tp}: {', '.join(moved)}"
 
 
 class QsaArgs(_GroupedHeads):
@@ -400,6 +406,9 @@ class MlaArgs(_LatentHeads):
 
     TYPE = "mla"
     IMPLEMENTED = True
+    #: The q and kv latents (q_a_proj, kv_a_proj_with_mqa) and the latent cache stay whole on every
+    #: rank, as vLLM replicates them.
+    SHARDED_HEADS = ("heads",)
     PROJECTIONS = ("q_a_proj", "kv_a_proj_with_mqa", "q_b_proj", "kv_b_proj", "o_proj", "g_proj")
     rope: bool = True
     rope_theta: Optional[PositiveFloat] = None
@@ -421,22 +430,15 @@ class MlaArgs(_LatentHeads):
         if self.gate:
             self._linear(tally, "g_proj", self.hidden, self.heads * self.v)
 
-    def rank_shard(self, sources: Sequence[str] = (), shapes: LayerShapes = NO_LAYER_SHAPES) -> tuple[MlaArgs, str]:
-        """One rank's module: heads / tp; the q and kv latents (q_a_proj, kv_a_proj_with_mqa) and the
-        latent cache stay whole on every rank, as vLLM replicates them."""
-        if self.parallel is None:
-            return self, "one device: the whole module"
-        data, moved = _heads_shard(self, {"heads": self.heads})
-        return MlaArgs.model_validate(data), f"heads tensor-parallel over {self.parallel.tp}: {', '.join(moved)}"
-
 
 class MlaDsaArgs(_LatentHeads):
     """MLA with DeepSeek sparse attention (an indexer picks topk cached tokens)."""
 
     TYPE = "mla_dsa"
-    MISSING = ("no backend builds DeepSeek-V3.2's lightning indexer (its fp8 key cache and top-k selection) or "
-               "the sparse MLA over the picked tokens (vLLM 0.26 has them: DeepseekV2MLAAttention's Indexer, "
-               "FLASHMLA_SPARSE)")
+    IMPLEMENTED = True
+    #: As mla; the indexer stays whole on every rank too (vLLM builds its wq_b replicated: index_heads
+    #: and the index-key cache are every rank's).
+    SHARDED_HEADS = ("heads",)
     PROJECTIONS = ("q_a_proj", "kv_a_proj_with_mqa", "q_b_proj", "kv_b_proj", "o_proj",
                    "indexer.wq_b", "indexer.wk", "indexer.weights_proj")
     rope_theta: PositiveFloat
@@ -591,6 +593,8 @@ class GdnArgs(AttentionArgs):
 
     TYPE = "gdn"
     IMPLEMENTED = True
+    #: Both divide exactly; the conv and recurrent states are the rank's heads'.
+    SHARDED_HEADS = ("qk_heads", "v_heads")
     PROJECTIONS = ("in_proj_qkv", "in_proj_z", "in_proj_a", "in_proj_b", "out_proj")
     qk_heads: Size
     v_heads: Size
@@ -618,15 +622,6 @@ class GdnArgs(AttentionArgs):
         self._linear(tally, "in_proj_b", h, self.v_heads)
         self._linear(tally, "out_proj", vd, h)
         _add_recurrence(self, tally, 2 * kd + vd, self.v_heads, d, self.conv_kernel, self.state_dtype)
-
-    def rank_shard(self, sources: Sequence[str] = (), shapes: LayerShapes = NO_LAYER_SHAPES) -> tuple[GdnArgs, str]:
-        """One rank's module: qk and v heads / tp (vLLM's gated delta net divides both exactly: its conv and
-        recurrent states are the rank's heads'), the whole hidden size in and out (out_proj's all-reduce
-        left out)."""
-        if self.parallel is None:
-            return self, "one device: the whole module"
-        data, moved = _heads_shard(self, {"qk_heads": self.qk_heads, "v_heads": self.v_heads})
-        return GdnArgs.model_validate(data), f"heads tensor-parallel over {self.parallel.tp}: {', '.join(moved)}"
 
 
 class KdaArgs(AttentionArgs):
