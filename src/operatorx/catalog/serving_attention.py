@@ -4,7 +4,9 @@ Each case is the whole module (every head; `parallel` {tp, dp} says the split, a
 is one dp group's), its fields read from the config: `gqa` for grouped-query attention, `mla` for
 DeepSeek MLA, `mla_dsa` when the config has an indexer (`index_topk`), `gdn` for the linear-attention
 layers of Qwen3.5/Qwen3-Next. The projections carry the checkpoint scheme's operands (attn_qkv for
-the input projections, attn_out for the output one), so the case computes what the GEMM roles do.
+the input projections, attn_out for the output one), so the case computes what the GEMM roles do;
+mla_dsa's indexer wq_b and wk carry attn_qkv's too and its weights_proj stays bf16, as DeepSeek-V3.2's
+FP8 checkpoint stores them.
 
 DeepSeek-V4 (`o_lora_rank` in the config) is `dsv4_attn`, one module per layer kind: its layers differ
 by `compress_ratios` (dsv4_modules says the kinds), each module carrying how many layers run it.
@@ -213,6 +215,7 @@ def _mla(arch: Arch, schemes: RoleSchemes) -> tuple[str, dict[str, Any]]:
     args.update(topk=arch.int("index_topk", "the indexer (mla_dsa)"),
                 index_heads=arch.int("index_n_heads", "the indexer (mla_dsa)"),
                 index_dim=arch.int("index_head_dim", "the indexer (mla_dsa)"), indexer="own")
+    args["proj"].update({"indexer.wq_b": qkv, "indexer.wk": qkv})
     return "mla_dsa", args
 
 

@@ -21,7 +21,7 @@ from operatorx.backends.vllm.attention.dsa_layout import (
     quantize_keys,
     read_index_keys,
 )
-from operatorx.backends.vllm.attention.dsa_support import dsa_refusal
+from operatorx.backends.vllm.attention.dsa_support import dsa_refusal, wk_upcast
 from operatorx.spec import Case
 from tests.backends.vllm.cases import prepare_and_check
 
@@ -33,9 +33,10 @@ DSV32 = {"hidden": 7168, "heads": 128, "q_lora_rank": 1536, "kv_lora_rank": 512,
 DECODE = [{"count": 8, "q": 1, "ctx": 4096}]
 FP8 = {"dtype": "e4m3", "scale": {"dtype": "fp32", "group": [1, 128], "static": False}}
 FP8_BLOCK_W = {"dtype": "e4m3", "scale": {"dtype": "fp32", "group": [128, 128], "static": True}}
-#: DeepSeek-V3.2's block-FP8 checkpoint as vLLM runs it: the MLA projections and indexer.wq_b.
+#: DeepSeek-V3.2's block-FP8 checkpoint: the MLA projections, indexer.wq_b and indexer.wk (weights_proj bf16).
 FP8_PROJ = {name: {"a": FP8, "b": FP8_BLOCK_W}
-            for name in ("q_a_proj", "kv_a_proj_with_mqa", "q_b_proj", "kv_b_proj", "o_proj", "indexer.wq_b")}
+            for name in ("q_a_proj", "kv_a_proj_with_mqa", "q_b_proj", "kv_b_proj", "o_proj", "indexer.wq_b",
+                         "indexer.wk")}
 
 
 def _case(groups: list[dict[str, Any]], pages: str = "contiguous", **extra: Any) -> Case:
@@ -48,11 +49,12 @@ def _case(groups: list[dict[str, Any]], pages: str = "contiguous", **extra: Any)
 def test_deepseek_v32_is_accepted():
     assert dsa_refusal(_case(DECODE).args) is None
     assert dsa_refusal(_case(DECODE, proj=FP8_PROJ).args) is None
+    assert wk_upcast(_case(DECODE, proj=FP8_PROJ).args) and not wk_upcast(_case(DECODE).args)
 
 
 @pytest.mark.parametrize(("extra", "words"), [
     ({"indexer": "reuse"}, "indexer=reuse"),
-    ({"proj": {"indexer.wk": {"a": FP8, "b": FP8_BLOCK_W}}}, "proj.indexer.wk: vLLM 0.26 fuses"),
+    ({"proj": {"indexer.wk": {"a": {"dtype": "bf16"}, "b": FP8_BLOCK_W}}}, "dequantizes only a block-FP8 wk"),
     ({"proj": {**FP8_PROJ, "indexer.weights_proj": {"a": FP8, "b": FP8_BLOCK_W}}}, "proj.indexer.weights_proj"),
     ({"proj": {k: v for k, v in FP8_PROJ.items() if k != "indexer.wq_b"}}, "proj.indexer.wq_b: bf16 beside fp8"),
     ({"proj": {"indexer.wq_b": {"a": FP8, "b": FP8_BLOCK_W}}}, "proj.indexer.wq_b: fp8_block beside bf16"),
@@ -138,9 +140,6 @@ def test_selection_reads_the_buffer_in_batch_order():
 # --- GPU: vLLM's own module ----------------------------------------------------------------------------
 
 #: VllmMlaDsa is a first cut, not registered: these have not run on an H200 yet.
-_FIRST_CUT = pytest.mark.xfail(reason="mla_dsa through vLLM: a first cut never run on an H200", strict=False)
-
-
 @pytest.fixture(scope="module")
 def vllm_dsa():
     pytest.importorskip("vllm")
@@ -159,7 +158,6 @@ def _recorded(meta: dict[str, Any]) -> None:
 
 
 @pytest.mark.gpu
-@_FIRST_CUT
 def test_decode_beyond_topk_matches_the_reference(vllm_dsa):
     prepared, check = prepare_and_check(vllm_dsa, _case(DECODE, pages="shuffled"))
     assert check.ok, check.to_json()
@@ -169,7 +167,6 @@ def test_decode_beyond_topk_matches_the_reference(vllm_dsa):
 
 
 @pytest.mark.gpu
-@_FIRST_CUT
 @pytest.mark.parametrize("groups", [[{"count": 1, "q": 512, "ctx": 0}], [{"count": 1, "q": 1024, "ctx": 3000}]],
                          ids=["prefill-within-topk", "extend-beyond-topk"])
 def test_prefill_matches_the_reference(vllm_dsa, groups):
@@ -180,8 +177,8 @@ def test_prefill_matches_the_reference(vllm_dsa, groups):
 
 
 @pytest.mark.gpu
-@_FIRST_CUT
 def test_block_fp8_projections_match_the_reference(vllm_dsa):
     prepared, check = prepare_and_check(vllm_dsa, _case(DECODE, pages="shuffled", proj=FP8_PROJ))
     assert check.ok, check.to_json()
     assert prepared.metadata["projections"]["scheme"] == "fp8_block"
+    assert prepared.metadata["indexer_wk"].startswith("proj.indexer.wk is block FP8")

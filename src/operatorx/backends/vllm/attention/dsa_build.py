@@ -151,7 +151,8 @@ def build_dsa(case: Case, args: MlaDsaArgs, stack: ExitStack) -> BuiltDsa:
     longest = max(r.ctx + r.q for r in default_layout.requests)
     env = VllmEnv.get()
     stack.enter_context(env.case_scope())
-    config, cache_config, model_config = dsa_case_config(env.config, args, positions_max)
+    config, cache_config, model_config = dsa_case_config(env.config, args, positions_max,
+                                                          default_layout.tokens)
     stack.enter_context(set_current_vllm_config(config))
     prefix = env.unique_prefix("self_attn")
     layer_name, index_name = f"{prefix}.attn", f"{prefix}.indexer.k_cache"

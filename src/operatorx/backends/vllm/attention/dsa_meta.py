@@ -8,6 +8,7 @@ from typing import Any, Optional
 from operatorx.backends.torch.attention.dsa import mla_args
 from operatorx.backends.torch.attention.mla import softmax_scale
 from operatorx.backends.vllm.attention.build import builder_split, graph_notes
+from operatorx.backends.vllm.attention.dsa_support import WK_UPCAST, wk_upcast
 from operatorx.backends.vllm.attention.run_facts import run_facts
 from operatorx.backends.vllm.attention.support import DEEPSEEK_MLA
 from operatorx.backends.vllm.common import class_name
@@ -59,6 +60,7 @@ def dsa_metadata(args: MlaDsaArgs, b: Any, builder: Any, index_builder: Any, spe
                         "row": f"per block: block_size x {args.index_dim} e4m3 keys, then block_size fp32 ue8m0 "
                                "scales"},
         "topk_indices_buffer": {"shape": list(b.topk_indices.shape), "dtype": str(b.topk_indices.dtype)},
+        "indexer_wk": WK_UPCAST if wk_upcast(args) else "bf16, fused with weights_proj into wk_weights_proj",
         "requests": {**b.index.region_counts(), "batch_reordered": b.index.reordered,
                      "builder_split": builder_split(md, b.index, builder),
                      "index_split": {k: getattr(b.index_metadata, k, None)

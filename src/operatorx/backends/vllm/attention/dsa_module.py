@@ -2,7 +2,7 @@
 (imports vLLM).
 
 - config: mla_module's (the case's CacheConfig, block size unset so the sparse MLA backend is selected as in
-  serving, then set to its preferred one), the model stand-in's hf_config also carrying index_topk,
+  serving, then set to its preferred one), a scheduler config whose token budget holds the batch, the model stand-in's hf_config also carrying index_topk,
   index_n_heads and index_head_dim: FLASH_ATTN_MLA_SPARSE's supports_combination refuses a model without
   index_topk.
 - module: DeepseekV2MLAAttention with an HF-style config that has index_topk (is_v32 = hasattr(config,
@@ -28,7 +28,7 @@ from operatorx.backends.base import Unsupported
 from operatorx.backends.torch.attention.dsa import DsaWeights, mla_args
 from operatorx.backends.torch.attention.gqa import RMS_EPS
 from operatorx.backends.vllm.attention.mla_module import MLA_NORMS, rope_parameters
-from operatorx.backends.vllm.attention.module import ModelConfigStandIn, config_with, model_stand_in
+from operatorx.backends.vllm.attention.module import ModelConfigStandIn, config_with, model_stand_in, set_field
 from operatorx.backends.vllm.attention.proj import load_stored, store
 from operatorx.backends.vllm.attention.support import CACHE_DTYPE, DEEPSEEK_MLA
 from operatorx.backends.vllm.quant_map import Plan
@@ -45,8 +45,13 @@ def _index_fields(args: MlaDsaArgs) -> dict[str, Any]:
     return {"index_topk": args.topk, "index_n_heads": args.index_heads, "index_head_dim": args.index_dim}
 
 
-def dsa_case_config(env_config: Any, args: MlaDsaArgs, positions: int) -> tuple[Any, Any, ModelConfigStandIn]:
-    """(VllmConfig, CacheConfig, model config) of the case (module docstring)."""
+def dsa_case_config(env_config: Any, args: MlaDsaArgs, positions: int,
+                    tokens: int) -> tuple[Any, Any, ModelConfigStandIn]:
+    """(VllmConfig, CacheConfig, model config) of the case (module docstring); the scheduler's token budget
+    raised to the batch's new `tokens` where vLLM's default is smaller, as a serving engine that runs this
+    batch in one step is configured (it sizes the topk_indices_buffer rows and the indexer's workspaces)."""
+    import copy
+
     from vllm.config import CacheConfig
 
     cache = CacheConfig(cache_dtype=CACHE_DTYPE[args.kv_cache_dtype])
@@ -55,7 +60,12 @@ def dsa_case_config(env_config: Any, args: MlaDsaArgs, positions: int) -> tuple[
                            **_index_fields(args))
     model = model_stand_in(env_config, args.heads, 1, args.kv_lora_rank + args.rope_dim, use_mla=True,
                            hf_text_config=dims, hf_config=dims, max_model_len=positions)
-    return config_with(env_config, cache, model), cache, model
+    config = config_with(env_config, cache, model)
+    scheduler = copy.copy(config.scheduler_config)
+    if int(scheduler.max_num_batched_tokens) < tokens:
+        set_field(scheduler, "max_num_batched_tokens", tokens)
+    set_field(config, "scheduler_config", scheduler)
+    return config, cache, model
 
 
 def make_dsa_module(config: Any, args: MlaDsaArgs, cache_config: Any, prefix: str, positions: int, longest: int,

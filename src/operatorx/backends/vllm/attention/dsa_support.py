@@ -3,9 +3,10 @@
 The rule: an mla_dsa case runs as DeepSeek-V3.2's DeepseekV2MLAAttention (its config has index_topk),
 one rank, with its own Indexer:
 - projections: the MLA ones and indexer.wq_b share one scheme (bf16 or block FP8, support.projection_plan's
-  rule on the mla case of the same module); indexer.wk and indexer.weights_proj are vLLM's one fused
-  `wk_weights_proj`, built with quant_config=None (an FP8 checkpoint's wk is upcast to bf16 at load),
-  so a case that quantizes them names an op vLLM does not run;
+  rule on the mla case of the same module); indexer.wk and indexer.weights_proj are vLLM's one fused bf16
+  `wk_weights_proj` (quant_config=None). A block-FP8 wk (as DeepSeek-V3.2's checkpoint stores it) is
+  dequantized by vLLM's loader into that bf16 layer, so it runs as vLLM runs it and the row says so
+  (WK_UPCAST); any other quantized wk, or a quantized weights_proj, has no load path in vLLM: refused;
 - `indexer: reuse` is vLLM's IndexCache skip layer (index_topk_freq / index_topk_pattern: skip_topk reads
   the top-k an earlier layer left in topk_indices_buffer); not built here yet;
 - `index_dim` 128: the indexer's fp8 key cache keeps one fp32 scale per 128 dims (quant_block_size 128)
@@ -28,30 +29,41 @@ from operatorx.spec.op_type import OpArgs
 if TYPE_CHECKING:
     from operatorx.backends.vllm.quant_map import Plan
 
-__all__ = ["INDEX_QUANT_BLOCK", "UNQUANTIZED_INDEXER", "dsa_projection_plan", "dsa_refusal"]
+__all__ = ["INDEX_QUANT_BLOCK", "UNQUANTIZED_INDEXER", "WK_UPCAST", "dsa_projection_plan", "dsa_refusal",
+           "wk_upcast"]
 
 #: The indexer key cache's fp8 quantization block (vLLM's Indexer.quant_block_size).
 INDEX_QUANT_BLOCK = 128
 #: The indexer projections vLLM fuses into its bf16 wk_weights_proj.
 UNQUANTIZED_INDEXER = ("indexer.wk", "indexer.weights_proj")
+#: What a row with a block-FP8 indexer.wk records: the weight as vLLM holds it.
+WK_UPCAST = ("proj.indexer.wk is block FP8: vLLM 0.26's loader (_try_load_fp8_indexer_wk) dequantizes it into the "
+             "bf16 fused wk_weights_proj, which is what runs (bf16 weights here)")
+
+
+def _scheme(args: MlaDsaArgs, name: str) -> str:
+    from operatorx.backends.vllm.quant_map import pair_scheme
+
+    pair = (args.proj or {}).get(name)
+    return "bf16" if pair is None else pair_scheme(pair.a, pair.b, f"proj.{name}")
+
+
+def wk_upcast(args: MlaDsaArgs) -> bool:
+    """Whether the case's indexer.wk is the block-FP8 weight vLLM upcasts at load (module docstring)."""
+    return _scheme(args, "indexer.wk") == "fp8_block"
 
 
 def dsa_projection_plan(args: MlaDsaArgs) -> Union[Plan, str]:
     """The plan the MLA projections and indexer.wq_b share, or why there is none (module docstring)."""
-    from operatorx.backends.vllm.quant_map import pair_scheme
-
-    proj = args.proj or {}
     for name in UNQUANTIZED_INDEXER:
-        pair = proj.get(name)
-        if pair is not None and pair_scheme(pair.a, pair.b, f"proj.{name}") != "bf16":
-            return (f"proj.{name}: vLLM 0.26 fuses indexer.wk and indexer.weights_proj into one bf16 "
-                    "wk_weights_proj (quant_config=None; an FP8 wk is upcast at load), so a quantized one is not "
-                    "what it runs")
+        scheme = _scheme(args, name)
+        if scheme != "bf16" and not (name == "indexer.wk" and scheme == "fp8_block"):
+            return (f"proj.{name}: {scheme}; vLLM 0.26 fuses indexer.wk and indexer.weights_proj into one bf16 "
+                    "wk_weights_proj (quant_config=None) and dequantizes only a block-FP8 wk into it at load")
     plan = projection_plan(mla_args(args))
     if isinstance(plan, str):
         return plan
-    pair = proj.get("indexer.wq_b")
-    scheme = "bf16" if pair is None else pair_scheme(pair.a, pair.b, "proj.indexer.wq_b")
+    scheme = _scheme(args, "indexer.wq_b")
     if scheme != plan.scheme:
         return (f"proj.indexer.wq_b: {scheme} beside {plan.scheme} MLA projections; vLLM builds the indexer's wq_b "
                 "under the module's one quant config")

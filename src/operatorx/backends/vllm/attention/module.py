@@ -46,10 +46,11 @@ class ModelConfigStandIn(SimpleNamespace):
         return int(self.head_dim)
 
 
-def _set(obj: Any, name: str, value: Any) -> None:
+def set_field(obj: Any, name: str, value: Any) -> None:
+    """Set a config field, past a validating setter (pydantic) as env.py does."""
     try:
         setattr(obj, name, value)
-    except Exception:  # noqa: BLE001 - a validating setter (pydantic): bypass it, as env.py does
+    except Exception:  # noqa: BLE001 - a validating setter: bypass it
         object.__setattr__(obj, name, value)
 
 
@@ -69,8 +70,8 @@ def config_with(env_config: Any, cache: Any, model: Any) -> Any:
     """A shallow copy of the process config (its compilation config, hence its layer registry, shared)
     with the case's cache and model configs."""
     cfg = copy.copy(env_config)
-    _set(cfg, "cache_config", cache)
-    _set(cfg, "model_config", model)
+    set_field(cfg, "cache_config", cache)
+    set_field(cfg, "model_config", model)
     return cfg
 
 
