@@ -94,3 +94,21 @@ def test_block_fp8_projections_run_scaled_mm_and_match_the_reference(op, groups)
     names = " ".join(_kernels(p.fn)).lower()
     assert "gemm" in names or "sm90" in names or "cutlass" in names, names[:2000]
     p.release()
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 5, 16, 8193])
+def test_a_block_fp8_projection_takes_any_row_count(rows):
+    """cuBLASLt refused an 8193-row block-FP8 call (the MLA up-projection of 8192 cached latents and a new
+    token): the projection pads to SCALE_ROWS and drops the pad's rows."""
+    from operatorx.backends.torch.attention.proj import make_projection
+    from operatorx.spec.operand import Scale
+
+    gen = torch.Generator(device="cuda").manual_seed(rows)
+    w = torch.randn(512, 256, generator=gen, device="cuda").div(16).to(torch.bfloat16)
+    x = torch.randn(rows, 256, generator=gen, device="cuda").to(torch.bfloat16)
+    proj = make_projection(w, "fp8_block", Scale.model_validate(_ACT["scale"]),
+                           Scale.model_validate(_BLOCK_W["scale"]))
+    out = proj(x)
+    assert out.shape == (rows, 512) and out.dtype == torch.bfloat16
+    want = proj.reference_input(x) @ proj.weight.float().t()
+    assert ((out.float() - want).norm() / want.norm()).item() < 1e-2

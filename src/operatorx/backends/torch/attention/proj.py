@@ -90,6 +90,12 @@ def projection_refusal(args: AttentionArgs, device: str) -> Optional[str]:
     return None
 
 
+#: Block-FP8 activations go in whole multiples of this many rows: cuBLASLt's 1x128 scales are M-major,
+#: and it refuses a leading dimension that is not 16-byte aligned (an 8193-row call); the zero rows'
+#: outputs are dropped.
+SCALE_ROWS = 4
+
+
 @dataclass
 class Projection:
     """One projection: `__call__(x)` is what the module runs; `weight` and `reference_input` what the
@@ -107,11 +113,14 @@ class Projection:
             return F.linear(x, self.weight)
         assert self.act_scale is not None and self.scale_b is not None
         flat = x.reshape(-1, x.shape[-1])
+        rows = flat.shape[0]
+        if rows % SCALE_ROWS:
+            flat = F.pad(flat, (0, 0, 0, -rows % SCALE_ROWS))
         aq, sa = quantize(flat, "e4m3", self.act_scale, weight=False)
         a_type, b_type = _RECIPE.scaling_types()
         out = F.scaled_mm(aq, self.q_t, scale_a_layout(_RECIPE, sa), a_type, self.scale_b, b_type,
                           output_dtype=torch.bfloat16)
-        return out.reshape(*x.shape[:-1], out.shape[-1])
+        return out[:rows].reshape(*x.shape[:-1], out.shape[-1])
 
     def reference_input(self, x: torch.Tensor) -> torch.Tensor:
         """fp32 x as the layer quantizes it (x itself for bf16)."""

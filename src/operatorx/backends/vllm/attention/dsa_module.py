@@ -2,9 +2,9 @@
 (imports vLLM).
 
 - config: mla_module's (the case's CacheConfig, block size unset so the sparse MLA backend is selected as in
-  serving, then set to its preferred one), a scheduler config whose token budget holds the batch, the model stand-in's hf_config also carrying index_topk,
-  index_n_heads and index_head_dim: FLASH_ATTN_MLA_SPARSE's supports_combination refuses a model without
-  index_topk.
+  serving, then set to its preferred one), a scheduler config whose token budget holds the batch, the model
+  stand-in's hf_config also carrying index_topk, index_n_heads and index_head_dim: FLASH_ATTN_MLA_SPARSE's
+  supports_combination refuses a model without index_topk.
 - module: DeepseekV2MLAAttention with an HF-style config that has index_topk (is_v32 = hasattr(config,
   "index_topk")), index_n_heads, index_head_dim and qk_rope_head_dim (what Indexer.__init__ reads), no
   index_topk_freq / pattern (every layer runs its own indexer), and the model's topk_indices_buffer
