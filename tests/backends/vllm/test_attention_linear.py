@@ -29,8 +29,6 @@ FP8_W = {"dtype": "e4m3", "scale": {"dtype": "fp32", "group": [128, 128], "stati
 #: Not registered in backends/names.py: on the H200 (benchmarks §29) the gdn decode ran eagerly where vLLM would
 #: replay a graph (the process config's max_cudagraph_capture_size is 0, so the GDN builder's
 #: decode_cudagraph_max_bs is 0), and the mixed-batch and kda tests had not finished when their run timed out.
-_NOT_YET = pytest.mark.xfail(reason="a gdn batch of decodes and prefills together fails on the H200 (benchmarks §30)",
-                             strict=False)
 
 
 def _case(kind: str, groups: list[dict[str, Any]], pages: str = "contiguous", **extra: Any) -> Case:
@@ -66,6 +64,20 @@ def test_every_kda_case_is_refused_for_its_full_rank_output_gate_but_vllm_can_bu
         args = _case("kda", MIXED, **extra).args
         assert linear_refusal(args) == KDA_GATE and "g_a_proj" in KDA_GATE
         assert build_refusal(args) is None
+
+
+def test_the_split_counts_the_prefills_that_start_from_a_state_not_the_decodes():
+    """GDN metadata flags every sequence in has_initial_state (decodes with a cache too) and the prefills alone
+    in prefill_has_initial_state: 3 decodes and 3 prefills, one of them after cached tokens."""
+    from types import SimpleNamespace
+
+    from operatorx.backends.vllm.attention.linear_meta import split_of
+
+    md = SimpleNamespace(num_decodes=3, num_prefills=3, has_initial_state=torch.tensor([1, 1, 1, 0, 0, 1]).bool(),
+                         prefill_has_initial_state=torch.tensor([0, 0, 1]).bool())
+    split = split_of(md)
+    assert (split["num_decodes"], split["num_prefills"], split["prefills_with_initial_state"]) == (3, 3, 1)
+    assert split_of(SimpleNamespace(num_decodes=2))["prefills_with_initial_state"] is None
 
 
 def test_other_op_types_and_the_cpu_device_are_refused():
@@ -140,7 +152,6 @@ def test_gdn_decode_is_a_graph_and_matches_the_reference(vllm_gdn):
 
 
 @pytest.mark.gpu
-@_NOT_YET
 @pytest.mark.parametrize("extra", [{}, {"norm_act": "sigmoid", "state_dtype": "bf16"}])
 def test_gdn_mixed_batch_matches_the_reference(vllm_gdn, extra):
     prepared, check = prepare_and_check(vllm_gdn, _case("gdn", MIXED, pages="shuffled", **extra))

@@ -19,9 +19,10 @@ _SPLIT = ("num_decodes", "num_prefills", "num_decode_tokens", "num_prefill_token
 
 
 def split_of(md: Any) -> dict[str, Any]:
-    """The builder's decode/prefill split and how many prefills start from a state."""
+    """The builder's decode/prefill split and how many prefills start from a state: the prefills' own
+    flags (prefill_has_initial_state); has_initial_state flags every sequence, decodes too."""
     out: dict[str, Any] = {k: getattr(md, k, None) for k in _SPLIT}
-    has = getattr(md, "has_initial_state", None)
+    has = getattr(md, "prefill_has_initial_state", None)
     out["prefills_with_initial_state"] = None if has is None else int(has.sum().item())
     return out
 
