@@ -35,7 +35,7 @@ class Gate:
 def case_refusal(case: Case, ranks: int = DEVICES_PER_CASE) -> Optional[str]:
     """Why no backend may time this case as it stands on `ranks` ranks (None: it may)."""
     if not case.implemented:
-        missing = type(case.args).MISSING
+        missing = case.args.missing()
         return f"op type {case.type} is not implemented yet" + (f": {missing}" if missing else "")
     if case.world > ranks:
         return (f"needs tp·dp = {case.world} GPUs of one host; this run has {ranks} (one process runs every case "

@@ -475,7 +475,8 @@ class Dsv4AttnArgs(AttentionArgs):
 
     TYPE = "dsv4_attn"
     MISSING = ("no backend builds DeepSeek-V4's attention: its compressor, indexer, sliding-window plus "
-               "compressed-token cache and grouped low-rank output (vLLM 0.26 has them: vllm/models/deepseek_v4)")
+               "compressed-token cache and grouped low-rank output (vLLM 0.26 has them: vllm/models/deepseek_v4; "
+               "on sm90 DeepseekV4FlashMLAAttention over FLASHMLA_SPARSE_DSV4, docs/dsv4-attention.md)")
     PROJECTIONS = ("wq_a", "wkv", "wq_b", "wo_a", "wo_b", "compressor.wkv", "compressor.wgate",
                    "indexer.wq_b", "indexer.wk", "indexer.weights_proj",
                    "indexer.compressor.wkv", "indexer.compressor.wgate")
@@ -498,6 +499,24 @@ class Dsv4AttnArgs(AttentionArgs):
     kv_cache_dtype: Literal["auto", "bf16", "fp8", "fp8_ds_mla"] = "auto"
     index_cache_dtype: Optional[Literal["fp8", "mxfp4"]] = None
     selection: Selection = "natural"
+
+    def missing(self) -> str:
+        """MISSING, led by the case's fields vLLM 0.26 itself does not run (read in its source): a backend
+        built on it would refuse them too."""
+        gaps = []
+        if self.compress_ratio in (1, 2):
+            gaps.append(f"compress_ratio={self.compress_ratio}: vLLM 0.26's DeepSeek-V4 compresses at ratios 4 and "
+                        "128 only")
+        if self.index_cache_dtype == "mxfp4":
+            gaps.append("index_cache_dtype=mxfp4: vLLM 0.26's MXFP4 indexer cache (use_fp4_indexer_cache) asserts an "
+                        "sm_10x GPU")
+        if self.kv_cache_dtype == "bf16":
+            gaps.append("kv_cache_dtype=bf16: vLLM 0.26's only bf16 DeepSeek-V4 cache is FlashInfer's sparse MLA "
+                        "backend's (sm_10x / sm_12x), FlashMLA's (sm90, sm100) is fp8_ds_mla only")
+        if "wo_a" not in (self.proj or {}):
+            gaps.append("wo_a bf16 (absent from proj): vLLM 0.26 runs wo_a only as DeepGEMM's block-FP8 einsum "
+                        "(deep_gemm_fp8_o_proj reads wo_a.weight_scale_inv)")
+        return "; ".join([*gaps, self.MISSING])
 
     @model_validator(mode="after")
     def _layer_kind(self) -> Dsv4AttnArgs:

@@ -41,6 +41,11 @@ class OpArgs(SpecModel):
     MISSING: ClassVar[str] = ""
     """With IMPLEMENTED False: what no backend builds yet, named on its unsupported rows."""
 
+    def missing(self) -> str:
+        """What the unsupported row of this case names: MISSING, which a type may lead with the case's own
+        fields that the framework it points to cannot run either."""
+        return self.MISSING
+
     parallel: Optional[Parallel] = None
 
     def label(self) -> str:
