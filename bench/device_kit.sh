@@ -26,3 +26,8 @@ gpu_tests() {
     tests/backends/torch tests/test_result.py > "$OUT/tests.txt" 2>&1
   grep -E "passed|failed|FAILED|ERROR" "$OUT/tests.txt" | tail -15
 }
+
+# A pytest log's verdict lines.
+summary() {
+  grep -E "passed|failed|FAILED|XPASS|XFAIL|^E " "$1" | tail -30
+}

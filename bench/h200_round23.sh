@@ -6,9 +6,6 @@
 #   attn2   the vllm gqa and mla attention gpu tests; bench/attn_kernel_check.py when time is left
 set -uo pipefail
 export PYTHONUNBUFFERED=1
-summary() {   # pytest log -> its verdict lines
-  grep -E "passed|failed|FAILED|XPASS|XFAIL|^E " "$1" | tail -30
-}
 case "${1:-carry}" in
   carry)
     ls .device-kit ;;
