@@ -219,6 +219,9 @@ def test_a_dsv4_refusal_leads_with_the_fields_vllm_itself_does_not_run():
     ratio2 = case("dsv4_attn", [{"count": 1, "q": 1, "ctx": 40}], **DSV4, compress_ratio=2, compress_rope_theta=1e4,
                   proj=fp8_wo_a).args
     assert ratio2.missing().startswith("compress_ratio=2: vLLM 0.26's DeepSeek-V4 compresses at ratios 4 and 128")
+    auto = case("dsv4_attn", [{"count": 1, "q": 1, "ctx": 40}], **{**DSV4, "kv_cache_dtype": "auto"},
+                compress_ratio=0, proj=fp8_wo_a).args
+    assert auto.missing().startswith("kv_cache_dtype=auto: vLLM 0.26's DeepSeek-V4 layer asserts an fp8 cache")
 
 
 def test_gdn_recurrent_state_conv_and_projections():
@@ -410,6 +413,21 @@ def test_an_mla_dsa_shard_divides_the_mla_heads_and_keeps_the_indexer_whole():
     whole, one = tp.cost(), shard.cost()
     assert one.cache_bytes == whole.cache_bytes            # the latent and index-key caches are every rank's
     assert whole.attention_flops - one.attention_flops == 2 * 2 * 36 * 32   # one head's sparse attention less
+
+
+def test_a_dsv4_shard_divides_heads_and_o_groups_and_keeps_the_compressor_and_indexer_whole():
+    ratio4 = dict(DSV4, compress_ratio=4, indexer="own", topk=3, index_heads=2, index_dim=8, compress_rope_theta=1e4)
+    tp = case("dsv4_attn", [{"count": 2, "q": 1, "ctx": 40}], **ratio4, parallel={"tp": 2}).args
+    shard, rule = tp.rank_shard()
+    assert (shard.heads, shard.o_groups, shard.o_lora_rank, shard.index_heads, shard.topk, shard.parallel) == (
+        2, 1, 8, 2, 3, None)
+    assert rule == "heads tensor-parallel over 2: heads 4 -> 2, o_groups 2 -> 1"
+    whole, one = tp.cost(), shard.cost()
+    assert (one.cache_bytes, one.state_bytes) == (whole.cache_bytes, whole.state_bytes)   # every rank's caches
+    # wq_b (16 -> 4·32), wo_a (64 -> 2·8) and wo_b (2·8 -> 64) lose half their outputs / inputs; the rest is whole
+    assert whole.projection_flops - one.projection_flops == 2 * 2 * (16 * 64 + 64 * 8 + 8 * 64)
+    with pytest.raises(ShardRefused, match="o_groups=2 does not split 4 ways"):
+        case("dsv4_attn", [{"count": 1, "q": 1, "ctx": 40}], **ratio4, parallel={"tp": 4}).args.rank_shard()
 
 
 def test_attention_families_differ_in_the_batch_alone():

@@ -480,6 +480,9 @@ class Dsv4AttnArgs(AttentionArgs):
     PROJECTIONS = ("wq_a", "wkv", "wq_b", "wo_a", "wo_b", "compressor.wkv", "compressor.wgate",
                    "indexer.wq_b", "indexer.wk", "indexer.weights_proj",
                    "indexer.compressor.wkv", "indexer.compressor.wgate")
+    #: vLLM's DeepseekV4Attention splits both over tp (n_local_heads, n_local_groups: wq_b and wo_a column-parallel,
+    #: wo_b row-parallel) and replicates wq_a / wkv, the compressor and the indexer (index_heads stay whole).
+    SHARDED_HEADS = ("heads", "o_groups")
     heads: Size
     head_dim: Size
     rope_dim: Size
@@ -513,6 +516,9 @@ class Dsv4AttnArgs(AttentionArgs):
         if self.kv_cache_dtype == "bf16":
             gaps.append("kv_cache_dtype=bf16: vLLM 0.26's only bf16 DeepSeek-V4 cache is FlashInfer's sparse MLA "
                         "backend's (sm_10x / sm_12x), FlashMLA's (sm90, sm100) is fp8_ds_mla only")
+        if self.kv_cache_dtype == "auto":
+            gaps.append("kv_cache_dtype=auto: vLLM 0.26's DeepSeek-V4 layer asserts an fp8 cache (served with "
+                        "--kv-cache-dtype fp8, which it lays out as fp8_ds_mla)")
         if "wo_a" not in (self.proj or {}):
             gaps.append("wo_a bf16 (absent from proj): vLLM 0.26 runs wo_a only as DeepGEMM's block-FP8 einsum "
                         "(deep_gemm_fp8_o_proj reads wo_a.weight_scale_inv)")

@@ -1,0 +1,120 @@
+"""What a dsv4_attn row records about the vLLM build: the class, its backends, each cache, the builders' split,
+the padded heads, the compress boundaries the batch's positions hit, the graph mode (imports vLLM when called).
+Why apart from dsv4_build: the build stays one job, this the record of it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from operatorx.backends.torch.attention.dsv4 import compressor_coff
+from operatorx.backends.torch.attention.dsv4_reference import dsv4_theta
+from operatorx.backends.vllm.attention.dsv4_module import AUX_STREAMS, DSV4_ATTENTION, DSV4_CACHE_DTYPE
+from operatorx.backends.vllm.attention.run_facts import run_facts
+from operatorx.backends.vllm.common import class_name
+from operatorx.spec.attention import Dsv4AttnArgs
+
+__all__ = ["dsv4_metadata", "boundary_facts", "SERVING_GRAPH", "UPSTREAM_GRAPH"]
+
+#: How serving runs the module (config/vllm.py:1180-1199, attention.py:432).
+SERVING_GRAPH = ("breakable cudagraph: vLLM auto-enables VLLM_USE_BREAKABLE_CUDAGRAPH for DeepseekV4ForCausalLM; "
+                 "the GEMM prologue (fused_wqa_wkv, compressor / indexer GEMMs, q/kv RMSNorm) and o_proj replay as "
+                 "graph segments, attention_impl (@eager_break_during_capture: wq_b + fused insert, compressors, "
+                 "indexer, FlashMLA) runs eagerly between them")
+#: How InferenceX's upstream runner times it (operatorx/runners/common/vllm/attention.py _launcher).
+UPSTREAM_GRAPH = ("upstream InferenceX captures one plain torch.cuda.CUDAGraph of the whole forward for a uniform "
+                  "decode batch within the capture sizes (no BreakableCUDAGraphCapture active, so attention_impl "
+                  "is captured too), else eager")
+
+
+def _cache(g: Any) -> dict[str, Any]:
+    t, spec = g.tensor, g.spec
+    return {"layer": g.name, "spec": class_name(spec), "backend": g.backend.get_name(),
+            "builder": class_name(g.builder), "metadata": class_name(g.metadata),
+            "shape": list(t.shape), "stride": list(t.stride()), "dtype": str(t.dtype).replace("torch.", ""),
+            "block_size": int(spec.block_size), "stored_per_block": int(spec.storage_block_size),
+            "page_bytes": int(spec.page_size_bytes), "real_page_bytes": int(spec.real_page_size_bytes),
+            "cache_dtype_str": getattr(spec, "cache_dtype_str", None),
+            "sliding_window": getattr(spec, "sliding_window", None),
+            "num_blocks": int(t.shape[0]), "bytes": int(t.shape[0]) * int(spec.page_size_bytes),
+            "held_blocks": int(g.plan.pool_blocks), "reserved_blocks": "block 0 (vLLM's null block)"}
+
+
+def boundary_facts(args: Dsv4AttnArgs, layout: Any) -> dict[str, Any]:
+    """Which of the batch's new positions p close a compressed entry ((p + 1) % ratio == 0: the compressor pools
+    and stores, compressor_utils.py:38); elsewhere the compress kernels launch and exit early."""
+    r = args.compress_ratio
+    if r <= 1:
+        return {"compress_ratio": r, "note": "no compressor"}
+    tokens = requests = 0
+    for req in layout.requests:
+        hits = sum(1 for p in range(req.ctx, req.ctx + req.q) if (p + 1) % r == 0)
+        tokens += hits
+        requests += hits > 0
+    coff = compressor_coff(r)
+    return {"compress_ratio": r, "coff": coff, "pooled_positions": coff * r,
+            "boundary_tokens": tokens, "requests_at_a_boundary": requests, "new_tokens": layout.tokens,
+            "serving_decode_rate": f"1 step in {r}"}
+
+
+def _split(md: Any) -> dict[str, Any]:
+    return {k: getattr(md, k, None) for k in ("num_decodes", "num_prefills", "num_decode_tokens", "num_prefill_tokens")}
+
+
+def dsv4_metadata(args: Dsv4AttnArgs, b: Any) -> dict[str, Any]:
+    from vllm import envs
+
+    from operatorx.backends.vllm.env import vllm_version
+
+    module = b.module
+    backend = module.backend_cls
+    rotary = module.rotary_emb
+    groups = b.caches
+    swa_md = groups["swa"].metadata
+    mode = getattr(b.config.compilation_config, "cudagraph_mode", None)
+    meta: dict[str, Any] = {
+        "framework": f"vllm {vllm_version()}",
+        "module": DSV4_ATTENTION.path,
+        "class": type(module).__name__,
+        "layer": b.layer_name,
+        "attention_backend": {"name": backend.get_name(), "class": backend.__name__,
+                              "sparse": bool(backend.is_sparse()), "sink": bool(backend.supports_sink())},
+        "compress_ratio": {"case": args.compress_ratio, "vllm": int(module.compress_ratio)},
+        "compressor": class_name(module.compressor),
+        "indexer": None if module.indexer is None else {
+            "class": class_name(module.indexer), "topk": int(module.indexer.topk_tokens),
+            "heads": int(module.indexer.n_head), "dim": int(module.indexer.head_dim),
+            "fp4_cache": bool(module.indexer.use_fp4_kv), "scale_fmt": module.indexer.scale_fmt},
+        "heads": {"case": args.heads, "local": int(module.n_local_heads), "padded": int(module.padded_heads),
+                  "note": "FlashMLA's fp8 decode computes the padded heads (64 or 128); q is zero-padded"},
+        "kv_cache_dtype": {"case": args.kv_cache_dtype, "cache_config": DSV4_CACHE_DTYPE,
+                           "vllm": module.kv_cache_dtype},
+        "caches": {kind: _cache(g) for kind, g in groups.items()},
+        "rotary_embedding": {"class": class_name(rotary), "table": list(rotary.cos_sin_cache.shape),
+                             "dtype": str(rotary.cos_sin_cache.dtype).replace("torch.", ""),
+                             "neox": bool(rotary.is_neox_style), "theta": dsv4_theta(args)},
+        "softmax_scale": float(module.scale),
+        "topk_indices_buffer": {"shape": list(b.topk_indices.shape), "dtype": str(b.topk_indices.dtype)},
+        "aux_streams": {"count": AUX_STREAMS if b.aux_streams is not None else 0,
+                        "gemm_overlap_max_tokens": int(envs.VLLM_MULTI_STREAM_GEMM_TOKEN_THRESHOLD),
+                        "gemm_overlap": b.index.num_tokens <= int(envs.VLLM_MULTI_STREAM_GEMM_TOKEN_THRESHOLD)},
+        "requests": {**b.index.region_counts(), "batch_reordered": b.index.reordered,
+                     "builder_split": {kind: _split(g.metadata) for kind, g in groups.items()
+                                       if hasattr(g.metadata, "num_decodes")},
+                     "swa_split": _split(swa_md)},
+        "reorder_batch_threshold": getattr(groups["main"].builder, "reorder_batch_threshold", None)
+        if "main" in groups else None,
+        "boundaries": boundary_facts(args, b.layout),
+        "max_model_len": int(b.config.model_config.max_model_len),
+        "max_num_batched_tokens": int(b.config.scheduler_config.max_num_batched_tokens),
+        **run_facts(b.config, None, None, "unset" if mode is None else str(mode)),
+        "graph_mode": "eager",
+        "graph_note": f"timed eagerly; serving: {SERVING_GRAPH}; {UPSTREAM_GRAPH}",
+        "synthetic_weights": ("dsv4_weights: projections N(0, 1/in), the block-FP8 ones exact in e4m3 x ue8m0 blocks; "
+                              "norms near 1; attn_sink N(0, 1) and ape N(0, 1/4) fp32"),
+        "ctx": b.layout.ctx_summary(),
+    }
+    if "main" in groups and args.compress_ratio == 128:
+        width = getattr(groups["main"].builder, "c128a_max_compressed", None)
+        meta["c128a_topk_width"] = {"entries": width, "rule": "cdiv(max_model_len, 128) padded to 128: the decode's "
+                                    "extra top-k width (topk_length caps the valid ones)"}
+    return meta
