@@ -160,7 +160,8 @@ class Row(BaseModel):
     memory: Optional[MemoryCheck] = doc("memory held before the case and after its release, and the growth: "
                                         "a leak fails the row (`leak`) and replaces the worker")
     worker_stderr_tail: Optional[str] = doc("for a case whose worker hung, died or was stopped: the last lines "
-                                            "the worker wrote to stderr")
+                                            "the worker wrote to stderr (for a hang, its Python stacks, which it "
+                                            "writes when the sweep asks before the kill)")
     failures: Optional[list[str]] = doc("each earlier failure of the case's worker (the sweep retries a case "
                                         "whose worker died; `crashed: ...`, `timeout: ...`)")
     ab: Optional[dict[str, Any]] = doc("rows of an `operatorx ab` run: the case's A/B result (both sides; per "

@@ -67,6 +67,9 @@ def test_a_timeout_is_not_retried_and_takes_only_its_case(tmp_path, write_testli
     outcome = run_testlist(config(tmp_path, write_testlist([fp32(1), fp32(16)]), case_timeout_s=10))
     hung, ok = sorted(outcome.rows, key=lambda r: r.case.args.m)
     assert (hung.status, hung.error_kind) == ("error", "timeout") and "no row after 10 s" in hung.message
+    # the worker wrote its Python stacks before the kill: the row says where the case waited
+    assert hung.message.endswith("its worker waited at misbehave.py:30 in call"), hung.message
+    assert "most recent call first" in hung.metrics["worker_stderr_tail"]
     assert ok.status == "ok"
 
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 import re
 from typing import Literal, Optional
 
-__all__ = ["ErrorKind", "classify_message", "died_of_allocation", "poisons_worker", "RETRIED_KINDS", "KILLS_ALLOWED"]
+__all__ = ["ErrorKind", "classify_message", "died_of_allocation", "hung_at", "poisons_worker", "RETRIED_KINDS",
+           "KILLS_ALLOWED"]
 
 ErrorKind = Literal["exception", "check", "oom", "cuda_fault", "timeout", "crashed", "leak"]
 
@@ -61,6 +62,28 @@ def died_of_allocation(log_tail: str) -> bool:
     last lines count, so an earlier case's warning does not."""
     lines = [ln for ln in log_tail.splitlines() if ln.strip()][-_LAST_LINES:]
     return any(_OOM.search(ln) and not _CUDA_FAULT.search(ln) for ln in lines)
+
+
+_THREAD_HEAD = re.compile(r"^(Current thread|Thread) 0x[0-9a-f]+ ")
+_FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
+
+
+def hung_at(log_tail: str, loop: str = "_serve") -> Optional[str]:
+    """Where a timed-out case waited, from the Python stacks its worker wrote (faulthandler, on
+    STACKS_SIGNAL): the innermost frame (`file.py:line in func`) of the thread whose stack holds the
+    worker's case loop `loop`; None without such a stack."""
+    blocks: list[list[str]] = []
+    for line in log_tail.splitlines():
+        if _THREAD_HEAD.match(line):
+            blocks.append([])
+        elif blocks:
+            blocks[-1].append(line)
+    for frames in reversed(blocks):                      # the last dump in the log is this timeout's
+        parsed = [m for m in map(_FRAME.match, frames) if m is not None]
+        if parsed and any(m["func"] == loop for m in parsed):
+            top = parsed[0]
+            return f"{top['path'].rsplit('/', 1)[-1]}:{top['line']} in {top['func']}"
+    return None
 
 
 def poisons_worker(kind: Optional[str]) -> bool:

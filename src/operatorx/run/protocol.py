@@ -14,10 +14,16 @@ prints can corrupt this channel.
 from __future__ import annotations
 
 import json
+import signal
 from dataclasses import dataclass
 from typing import IO, Any, Optional
 
-__all__ = ["WorkerMessage", "send", "parse"]
+__all__ = ["STACKS_SIGNAL", "WorkerMessage", "send", "parse"]
+
+
+#: The signal a parent sends a worker whose case timed out, before it kills it: the worker's faulthandler
+#: writes every thread's Python stack to its log, so the timeout row says where the case waited.
+STACKS_SIGNAL = signal.SIGUSR1
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ parent sees from outside and handles the same way.
 from __future__ import annotations
 
 import ctypes
+import faulthandler
 import os
 import signal
 import sys
@@ -22,7 +23,7 @@ from operatorx.result import Row
 from operatorx.run.faults import classify_message, poisons_worker
 from operatorx.run.job import Job, JobSpec, build_job
 from operatorx.run.memory_watch import MemoryDelta, MemoryWatch
-from operatorx.run.protocol import parse, send
+from operatorx.run.protocol import STACKS_SIGNAL, parse, send
 from operatorx.run.session import become_subreaper, kill_own_descendants
 from operatorx.spec import Case
 
@@ -113,6 +114,7 @@ def main() -> int:
     os.dup2(2, 1)                                         # ...and anything printed goes to the log
     sys.stdout = sys.stderr
     _die_with_parent()
+    faulthandler.register(STACKS_SIGNAL, all_threads=True)   # where a hung case waits, on the parent's ask
     become_subreaper()          # what a backend starts stays in this process's tree (run/session.py)
     signal.signal(signal.SIGINT, signal.SIG_IGN)          # the parent decides when a case stops
     first = parse(sys.stdin.readline())

@@ -21,19 +21,24 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional
 
 from operatorx.run.config import WORKER_START_TIMEOUT_S
-from operatorx.run.faults import died_of_allocation
+from operatorx.run.faults import died_of_allocation, hung_at
 from operatorx.run.job import JobSpec
 from operatorx.run.oom import MemoryCgroup, memory_cgroup, oom_kill_evidence, rss_bytes_of
-from operatorx.run.protocol import WorkerMessage, parse, send
+from operatorx.run.protocol import STACKS_SIGNAL, WorkerMessage, parse, send
 from operatorx.run.session import SESSION_ENV, kill_session, new_token
 from operatorx.run.worker_log import WorkerLog
 
 if TYPE_CHECKING:
     from operatorx.spec import Case
 
-__all__ = ["CaseOutcome", "WorkerProcess", "Slot", "WorkerStartError", "STDERR_TAIL_BYTES", "AHEAD_MAX_BYTES"]
+__all__ = ["CaseOutcome", "WorkerProcess", "Slot", "WorkerStartError", "STDERR_TAIL_BYTES", "TIMEOUT_TAIL_BYTES",
+           "AHEAD_MAX_BYTES"]
 
 STDERR_TAIL_BYTES = 2000
+#: A timed-out case's detail keeps more of the log: the Python stacks the worker wrote when asked.
+TIMEOUT_TAIL_BYTES = 6000
+#: How long a hung worker gets to write its stacks (STACKS_SIGNAL) before the kill.
+STACKS_WAIT_S = 2.0
 
 AHEAD_MAX_BYTES = 16 * 1024
 """The longest case line sent ahead. It waits in the worker's stdin pipe (64 KiB on Linux) while the
@@ -241,6 +246,7 @@ class WorkerProcess:
         session first (what it started must not outlive it), and its log read to the end. A death
         the kernel's OOM killer or an allocator failure explains is `oom`, not `crashed`."""
         if failure == "timeout":
+            self._ask_for_stacks()
             self.kill()
         else:
             self.wait(5.0)
@@ -248,14 +254,36 @@ class WorkerProcess:
         code = self.proc.poll() if self.proc is not None else None
         if self._log is not None:
             self._log.drain()
-        tail = self.stderr_tail()
+        tail = self.stderr_tail(TIMEOUT_TAIL_BYTES if failure == "timeout" else STDERR_TAIL_BYTES)
         what = why or _describe_exit(code)
+        where = hung_at(tail) if failure == "timeout" else None
+        if where is not None:
+            what = f"{what}; its worker waited at {where}"
         if failure == "crashed":
             oom = self._oom_evidence(code, tail)
             if oom is not None:
                 failure, what = "oom", f"{what}: {oom}"
         return CaseOutcome(index=index, failure=failure, detail=f"{what}\n{tail}".rstrip(),
                            worker_replaced=True, seconds=time.monotonic() - t0)
+
+    def _ask_for_stacks(self) -> None:
+        """STACKS_SIGNAL to a hung worker, then wait until its log has taken the stacks (quiet for 0.2 s
+        after growing) or STACKS_WAIT_S passed, so the timeout's detail says where the case waited."""
+        if self.proc is None or not self.alive() or self._log is None:
+            return
+        before = self._log.written_bytes
+        try:
+            os.kill(self.proc.pid, STACKS_SIGNAL)
+        except (ProcessLookupError, PermissionError):
+            return
+        end, last, quiet_since = time.monotonic() + STACKS_WAIT_S, before, time.monotonic()
+        while time.monotonic() < end:
+            time.sleep(0.05)
+            now = self._log.written_bytes
+            if now != last:
+                last, quiet_since = now, time.monotonic()
+            elif now > before and time.monotonic() - quiet_since >= 0.2:
+                return
 
     def _oom_evidence(self, code: Optional[int], tail: str) -> Optional[str]:
         """Why the worker's death was for memory, or None: a SIGKILL (the parent sent none: its own
