@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Device calls for the next H200 session (benchmarks §31), each inside one call's 600 s (OPERATORX_GIT_SHA set):
+#   carry   nothing but the chunk that came with the call (vllm-1..7, engine-1..4, base-1, back to back)
+#   dsv4    bench/dsv4_probe.py, then the dsv4_attn first cut's gpu tests run as if not xfail (stop at the first)
+#   v32     DeepSeek-V3.2's block-FP8 mla_dsa cases of attn_small alone, with a long case timeout (a hang's row
+#           now names where its worker waited), then the gpu tests not re-run at session 22's end
+#   lists   attn_small and upstream attn_parallel through vllm (--rank-local)
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+case "${1:-carry}" in
+  carry)
+    ls .device-kit ;;
+  dsv4)
+    . bench/device_kit.sh
+    tail -1 "$OUT/install.txt"
+    timeout 60 python3 bench/dsv4_probe.py | tee "$OUT/dsv4_probe.txt"
+    timeout 420 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=long --runxfail -x \
+      tests/backends/vllm/test_attention_dsv4_gpu.py > "$OUT/tests_dsv4.txt" 2>&1
+    summary "$OUT/tests_dsv4.txt" | cut -c1-400 ;;
+  v32)
+    . bench/device_kit.sh
+    timeout 300 python3 -m operatorx run -t attn_small --backend vllm --rank-local --filter "mla_dsa H=7168" \
+      --case-timeout 240 --db "$OUT/v32.db" --results-dir "$OUT/res_v32" > "$OUT/run_v32.txt" 2>&1
+    echo "v32 rc $?: $(tail -1 "$OUT/run_v32.txt")"
+    grep -E "error|waited at" "$OUT/run_v32.txt" | cut -c1-400 | head -6
+    timeout 280 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short tests/backends/vllm/test_attention_dsa.py \
+      tests/backends/vllm/test_attention_linear.py tests/backends/torch/test_attention_gpu.py \
+      > "$OUT/tests_left.txt" 2>&1
+    summary "$OUT/tests_left.txt" ;;
+  lists)
+    . bench/device_kit.sh
+    for list in attn_small tests/spec/upstream/attn_parallel.json; do
+      name=$(basename "$list" .json)
+      timeout 280 python3 -m operatorx run -t "$list" --backend vllm --rank-local --db "$OUT/attn_vllm.db" \
+        --results-dir "$OUT/res_vllm" > "$OUT/run_${name}_vllm.txt" 2>&1
+      echo "$name vllm rc $?: $(tail -1 "$OUT/run_${name}_vllm.txt")"
+    done ;;
+esac
