@@ -4,7 +4,7 @@
 #   dsv4    bench/dsv4_probe.py, then the dsv4_attn first cut's gpu tests run as if not xfail (stop at the first)
 #   v32     DeepSeek-V3.2's block-FP8 mla_dsa cases of attn_small alone, with a long case timeout (a hang's row
 #           now names where its worker waited), then the gpu tests not re-run at session 22's end
-#   lists   attn_small and upstream attn_parallel through vllm (--rank-local)
+#   lists   attn_small and upstream attn_parallel and smoke_parallel through vllm (--rank-local)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 case "${1:-carry}" in
@@ -29,7 +29,7 @@ case "${1:-carry}" in
     summary "$OUT/tests_left.txt" ;;
   lists)
     . bench/device_kit.sh
-    for list in attn_small tests/spec/upstream/attn_parallel.json; do
+    for list in attn_small tests/spec/upstream/attn_parallel.json tests/spec/upstream/smoke_parallel.json; do
       name=$(basename "$list" .json)
       timeout 280 python3 -m operatorx run -t "$list" --backend vllm --rank-local --db "$OUT/attn_vllm.db" \
         --results-dir "$OUT/res_vllm" > "$OUT/run_${name}_vllm.txt" 2>&1
