@@ -135,6 +135,23 @@ def test_index_scores_follow_the_weighted_relu_formula():
             assert abs(float(got[n, j]) - want) < 1e-4 * (1 + abs(want))
 
 
+def test_index_scores_stay_fp32_under_a_bf16_default_dtype():
+    """The check runs inside the build's case scope, whose default dtype is the model's bf16."""
+    args = _args(topk=4)
+    s = Setup(args)
+    gen = torch.Generator().manual_seed(2)
+    x, q_lat = torch.randn(2, args.hidden, generator=gen), torch.randn(2, args.q_lora_rank, generator=gen)
+    pos, keys = torch.tensor([3, 7]), torch.randn(8, args.index_dim, generator=gen)
+    want = index_scores(args, s.w, x, q_lat, pos, keys)
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        got = index_scores(args, s.w, x, q_lat, pos, keys)
+    finally:
+        torch.set_default_dtype(before)
+    assert got.dtype == torch.float32 and torch.equal(got, want)
+
+
 def test_top_k_picks_the_planted_highest_scores():
     scores = torch.tensor([[0.1, 5.0, -2.0, 3.0, 4.0, -math.inf], [1.0, -math.inf, -math.inf, -math.inf, 2.0, 0.5]])
     assert [sorted(r) for r in top_k(scores, 3).tolist()] == [[1, 3, 4], [0, 4, 5]]

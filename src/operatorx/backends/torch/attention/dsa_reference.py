@@ -93,7 +93,7 @@ def index_scores(args: MlaDsaArgs, w: DsaWeights, x: torch.Tensor, q_latent: tor
     q = F.linear(act(q_latent), w.wq_b.float()).view(-1, ih, idim)
     q = torch.cat((_rotate(q[..., :rope], q_pos, args.rope_theta, args.rope_scaling, "neox"), q[..., rope:]), -1)
     head_w = F.linear(x, w.weights_proj.float()) * idim ** -0.5 * ih ** -0.5  # [n, ih]
-    scores = torch.zeros(q.shape[0], keys.shape[0], device=x.device)
+    scores = torch.zeros(q.shape[0], keys.shape[0], device=x.device, dtype=torch.float32)   # fp32 under any default
     for h in range(ih):
         scores += head_w[:, h, None] * torch.relu(q[:, h] @ keys.T)
     k_pos = torch.arange(keys.shape[0], device=x.device)

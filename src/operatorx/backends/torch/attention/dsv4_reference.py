@@ -236,7 +236,7 @@ def _index_scores(args: Dsv4AttnArgs, w: Dsv4Weights, x: torch.Tensor, qr: torch
     if quantized:
         q = index_q_round_trip(q)
     head_w = x @ w.indexer.weights_proj.float().T * idim ** -0.5 * ih ** -0.5
-    scores = torch.zeros(q.shape[0], keys.shape[0], device=x.device)
+    scores = torch.zeros(q.shape[0], keys.shape[0], device=x.device, dtype=torch.float32)  # the check runs under bf16
     for h in range(ih):
         scores += head_w[:, h, None] * torch.relu(q[:, h] @ keys.T)
     allowed = torch.arange(keys.shape[0], device=x.device)[None, :] < ((q_pos + 1) // 4)[:, None]

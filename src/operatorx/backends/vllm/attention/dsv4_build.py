@@ -245,7 +245,8 @@ def _fill(g: CacheGroup, index_dim: Optional[int], gen: torch.Generator) -> None
     for i in range(n):
         count = int(g.plan.fill_slots(i).numel())
         if count:
-            write_rows(g.tensor, g.plan, i, torch.randn(count, width, generator=gen, device="cuda"))
+            write_rows(g.tensor, g.plan, i, torch.randn(count, width, generator=gen, device="cuda",
+                                                        dtype=torch.float32))
 
 
 def _caches(module: Any, args: Dsv4AttnArgs, layout: Layout, config: Any, cache_config: Any, prefix: str,
