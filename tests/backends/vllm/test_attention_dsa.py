@@ -84,6 +84,23 @@ def test_bounds():
     assert VllmMlaDsa().bound(_case(DECODE, proj=FP8_PROJ).args) >= 2e-2
 
 
+def test_the_check_describes_how_much_of_vllms_selection_the_reference_holds():
+    from types import SimpleNamespace
+
+    from operatorx.backends.vllm.attention.base import with_topk_overlap
+
+    own = [torch.tensor([[0, 1, 2, 3]]), torch.tensor([[4, 5, -1, -1]])]
+    used = [torch.tensor([[0, 1, 2, 9]]), torch.tensor([[5, 4, 7, -1]])]
+    ref = SimpleNamespace(rows=torch.tensor([0, 1]), out=torch.zeros(2, 3), what="fp32 reference",
+                          own_indices=own, used_indices=used, invalid_picks=0)
+    meta: dict[str, Any] = {}
+    described = with_topk_overlap(ref, meta)
+    assert meta["topk_overlap"] == {"min": 0.75, "mean": 0.875, "vllm_picks_after_their_token": 0}
+    assert described.what == ("fp32 reference; the reference's own top-k holds 0.750 (worst request) of vLLM's "
+                              "picks; 0 of vLLM's picks are after their token")
+    assert described.rows is ref.rows and described.out is ref.out
+
+
 def test_quantized_keys_use_power_of_two_scales():
     keys = torch.randn(5, 7, 128, generator=torch.Generator().manual_seed(0)) * 3
     values, scale = quantize_keys(keys)

@@ -20,7 +20,7 @@ from operatorx.backends.base import Check, Prepared, Unsupported
 from operatorx.spec import Case
 from operatorx.spec.op_type import OpArgs
 
-__all__ = ["BuiltAttention", "Reference", "VllmAttentionBackend"]
+__all__ = ["BuiltAttention", "Reference", "VllmAttentionBackend", "with_topk_overlap"]
 
 
 class Reference(Protocol):
@@ -34,6 +34,27 @@ class Reference(Protocol):
 
     @property
     def what(self) -> str: ...
+
+
+class _Described:
+    """A Reference with its description extended."""
+
+    def __init__(self, rows: torch.Tensor, out: torch.Tensor, what: str):
+        self.rows, self.out, self.what = rows, out, what
+
+
+def with_topk_overlap(ref: Any, metadata: dict[str, Any]) -> Reference:
+    """A sparse reference that attended vLLM's own picks (`ref.used_indices`) beside its own top-k
+    (`ref.own_indices`), described with how much of vLLM's selection its own holds (worst request), the
+    figures in metadata["topk_overlap"]: the check compares the attention, the overlap the selection."""
+    from operatorx.backends.torch.attention.dsa_reference import overlap
+
+    shares = [overlap(own.cpu(), used.cpu()) for own, used in zip(ref.own_indices, ref.used_indices, strict=True)]
+    worst = min(shares) if shares else 1.0
+    metadata["topk_overlap"] = {"min": worst, "mean": sum(shares) / len(shares) if shares else 1.0,
+                                "vllm_picks_after_their_token": ref.invalid_picks}
+    return _Described(ref.rows, ref.out, f"{ref.what}; the reference's own top-k holds {worst:.3f} (worst request) "
+                                         f"of vLLM's picks; {ref.invalid_picks} of vLLM's picks are after their token")
 
 
 class BuiltAttention(Protocol):

@@ -18,7 +18,7 @@ from __future__ import annotations
 from contextlib import ExitStack
 from typing import Any, Optional
 
-from operatorx.backends.vllm.attention.base import BuiltAttention, Reference, VllmAttentionBackend
+from operatorx.backends.vllm.attention.base import BuiltAttention, Reference, VllmAttentionBackend, with_topk_overlap
 from operatorx.backends.vllm.attention.dsa_support import dsa_projection_plan, dsa_refusal
 from operatorx.backends.vllm.attention.mla import MLA_BOUND
 from operatorx.spec import Case
@@ -46,18 +46,13 @@ class VllmMlaDsa(VllmAttentionBackend):
         return build_dsa(case, args, stack)
 
     def reference(self, args: MlaDsaArgs, built: Any, flavor: str) -> Reference:
-        from operatorx.backends.torch.attention.dsa_reference import dsa_reference, overlap
+        from operatorx.backends.torch.attention.dsa_reference import dsa_reference
         from operatorx.backends.vllm.attention.proj import activation
 
         ref = dsa_reference(args, built.weights, built.x, built.layout, built.cached, built.cached_keys,
                             activation(built.plan, flavor), selection=built.selection,
                             latent_quantized=built.latent_quantized)
-        shares = [overlap(own.cpu(), used.cpu()) for own, used in zip(ref.own_indices, ref.used_indices, strict=True)]
-        built.metadata["topk_overlap"] = {"min": min(shares), "mean": sum(shares) / len(shares),
-                                          "vllm_picks_after_their_token": ref.invalid_picks}
-        return _Described(ref.rows, ref.out, f"{ref.what}; the reference's own top-k holds "
-                                             f"{min(shares):.3f} (worst request) of vLLM's picks; "
-                                             f"{ref.invalid_picks} of vLLM's picks are after their token")
+        return with_topk_overlap(ref, built.metadata)
 
     def bound(self, args: MlaDsaArgs) -> float:
         from operatorx.backends.check import fp8_projection_bound
@@ -66,9 +61,3 @@ class VllmMlaDsa(VllmAttentionBackend):
         fp8 = not isinstance(plan, str) and plan.scheme == "fp8_block"
         return max(DSA_BOUND, fp8_projection_bound("mla") if fp8 else 0.0)
 
-
-class _Described:
-    """A Reference with its description extended."""
-
-    def __init__(self, rows: Any, out: Any, what: str):
-        self.rows, self.out, self.what = rows, out, what

@@ -21,7 +21,7 @@ from __future__ import annotations
 from contextlib import ExitStack
 from typing import Any, Optional
 
-from operatorx.backends.vllm.attention.base import BuiltAttention, Reference, VllmAttentionBackend
+from operatorx.backends.vllm.attention.base import BuiltAttention, Reference, VllmAttentionBackend, with_topk_overlap
 from operatorx.backends.vllm.attention.dsv4_support import dsv4_projection_plan, dsv4_refusal
 from operatorx.backends.vllm.attention.mla import MLA_BOUND
 from operatorx.spec import Case
@@ -52,21 +52,13 @@ class VllmDsv4(VllmAttentionBackend):
         return build_dsv4(case, args, stack)
 
     def reference(self, args: Dsv4AttnArgs, built: Any, flavor: str) -> Reference:
-        from operatorx.backends.torch.attention.dsv4_reference import dsv4_reference, overlap
+        from operatorx.backends.torch.attention.dsv4_reference import dsv4_reference
         from operatorx.backends.vllm.attention.proj import activation
 
         selection = built.selection if args.compress_ratio == 4 else None
         ref = dsv4_reference(args, built.weights, built.x, built.layout, built.cached, activation(built.plan, flavor),
                              selection=selection)
-        if args.compress_ratio != 4:
-            return ref
-        shares = [overlap(own.cpu(), used.cpu()) for own, used in zip(ref.own_indices, ref.used_indices, strict=True)]
-        worst = min(shares) if shares else 1.0
-        built.metadata["topk_overlap"] = {"min": worst, "mean": sum(shares) / len(shares) if shares else 1.0,
-                                          "vllm_picks_after_their_token": ref.invalid_picks}
-        return _Described(ref.rows, ref.out, f"{ref.what}; the reference's own top-k holds {worst:.3f} (worst "
-                                             f"request) of vLLM's picks; {ref.invalid_picks} of vLLM's picks are "
-                                             "after their token")
+        return ref if args.compress_ratio != 4 else with_topk_overlap(ref, built.metadata)
 
     def bound(self, args: Dsv4AttnArgs) -> float:
         from operatorx.backends.check import FP8_LAYER_ERROR
@@ -75,9 +67,3 @@ class VllmDsv4(VllmAttentionBackend):
         fp8 = not isinstance(plan, str) and plan.scheme == "fp8_block"
         return max(DSV4_BOUND, FP8_LAYER_ERROR * DSV4_CHAINED_FP8 ** 0.5 if fp8 else 0.0)
 
-
-class _Described:
-    """A Reference with its description extended."""
-
-    def __init__(self, rows: Any, out: Any, what: str):
-        self.rows, self.out, self.what = rows, out, what
