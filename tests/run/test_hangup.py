@@ -53,6 +53,12 @@ def _cmd(tmp_path: Path, testlist: Path) -> list[str]:
             "--grace", "5"]
 
 
+def _hangup_default() -> None:
+    """The run's SIGHUP as a terminal's child has it, whatever the tests were started under (a suite run
+    under `nohup` hands every child an ignored SIGHUP, which the run keeps, as it should)."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 def _interrupted(tmp_path: Path, n: int) -> str:
     """The run's id, after checking its document and stored state say `interrupted` with some rows
     final and some missing."""
@@ -69,7 +75,7 @@ def _interrupted(tmp_path: Path, n: int) -> str:
 def test_sighup_interrupts_with_a_document_and_the_resume_finishes_it(tmp_path, write_testlist):
     n = 12
     proc = subprocess.Popen(_cmd(tmp_path, _testlist(write_testlist, n)), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=_hangup_default)
     _wait_for_rows(tmp_path / "ox.db", 2)
     proc.send_signal(signal.SIGHUP)
     out, err = proc.communicate(timeout=180)
@@ -91,7 +97,7 @@ def test_sighup_after_the_terminal_hung_up_still_writes_the_document(tmp_path, w
     n = 12
     master, slave = os.openpty()
     proc = subprocess.Popen(_cmd(tmp_path, _testlist(write_testlist, n)), stdin=subprocess.DEVNULL, stdout=slave,
-                            stderr=slave, start_new_session=True)
+                            stderr=slave, start_new_session=True, preexec_fn=_hangup_default)
     os.close(slave)
     reading = threading.Event()
     reading.set()
