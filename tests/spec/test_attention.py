@@ -222,6 +222,9 @@ def test_a_dsv4_refusal_leads_with_the_fields_vllm_itself_does_not_run():
     auto = case("dsv4_attn", [{"count": 1, "q": 1, "ctx": 40}], **{**DSV4, "kv_cache_dtype": "auto"},
                 compress_ratio=0, proj=fp8_wo_a).args
     assert auto.missing().startswith("kv_cache_dtype=auto: vLLM 0.26's DeepSeek-V4 layer asserts an fp8 cache")
+    bf16_wo_a = case("dsv4_attn", [{"count": 1, "q": 1, "ctx": 40}], **ratio4,
+                     proj={"wo_a": {"a": {"dtype": "bf16"}, "b": {"dtype": "bf16"}}}).args
+    assert bf16_wo_a.missing().startswith("wo_a bf16: vLLM 0.26 runs wo_a only as DeepGEMM's block-FP8 einsum")
 
 
 def test_gdn_recurrent_state_conv_and_projections():

@@ -519,9 +519,10 @@ class Dsv4AttnArgs(AttentionArgs):
         if self.kv_cache_dtype == "auto":
             gaps.append("kv_cache_dtype=auto: vLLM 0.26's DeepSeek-V4 layer asserts an fp8 cache (served with "
                         "--kv-cache-dtype fp8, which it lays out as fp8_ds_mla)")
-        if "wo_a" not in (self.proj or {}):
-            gaps.append("wo_a bf16 (absent from proj): vLLM 0.26 runs wo_a only as DeepGEMM's block-FP8 einsum "
-                        "(deep_gemm_fp8_o_proj reads wo_a.weight_scale_inv)")
+        wo_a = (self.proj or {}).get("wo_a")
+        if wo_a is None or wo_a.b.dtype == "bf16":
+            gaps.append(f"wo_a bf16{' (absent from proj)' if wo_a is None else ''}: vLLM 0.26 runs wo_a only as "
+                        "DeepGEMM's block-FP8 einsum (deep_gemm_fp8_o_proj reads wo_a.weight_scale_inv)")
         return "; ".join([*gaps, self.MISSING])
 
     @model_validator(mode="after")
