@@ -5,6 +5,7 @@
 #   v32     DeepSeek-V3.2's block-FP8 mla_dsa cases of attn_small alone, with a long case timeout (a hang's row
 #           now names where its worker waited), then the gpu tests not re-run at session 22's end
 #   lists   attn_small and upstream attn_parallel and smoke_parallel through vllm (--rank-local)
+#   mla     the vllm mla gpu tests (module.py's set_field rename since their last run)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 case "${1:-carry}" in
@@ -27,6 +28,11 @@ case "${1:-carry}" in
       tests/backends/vllm/test_attention_linear.py tests/backends/torch/test_attention_gpu.py \
       > "$OUT/tests_left.txt" 2>&1
     summary "$OUT/tests_left.txt" ;;
+  mla)
+    . bench/device_kit.sh
+    timeout 400 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short tests/backends/vllm/test_attention_mla.py \
+      > "$OUT/tests_mla.txt" 2>&1
+    summary "$OUT/tests_mla.txt" ;;
   lists)
     . bench/device_kit.sh
     for list in attn_small tests/spec/upstream/attn_parallel.json tests/spec/upstream/smoke_parallel.json; do
