@@ -29,7 +29,7 @@ from operatorx.backends.torch.attention.dsa import DsaWeights, mla_args
 from operatorx.backends.torch.attention.gqa import RMS_EPS
 from operatorx.backends.vllm.attention.mla_module import MLA_NORMS, rope_parameters
 from operatorx.backends.vllm.attention.module import ModelConfigStandIn, config_with, model_stand_in, set_field
-from operatorx.backends.vllm.attention.proj import load_stored, store
+from operatorx.backends.vllm.attention.proj import load_layers, store, stored_names
 from operatorx.backends.vllm.attention.support import CACHE_DTYPE, DEEPSEEK_MLA
 from operatorx.backends.vllm.quant_map import Plan
 from operatorx.backends.vllm.weights import load_params
@@ -103,13 +103,8 @@ def load_dsa_weights(module: Any, w: DsaWeights, model_config: Any, plan: Plan) 
     stored = {"fused_qkv_a_proj": store(torch.cat([m.q_a, m.kv_a]), plan), "q_b_proj": store(m.q_b, plan),
               "kv_b_proj": store(m.kv_b, plan), "o_proj": store(m.o, plan), "indexer.wq_b": store(w.wq_b, plan)}
     fused_wk = torch.cat([w.wk, w.weights_proj])
-    expected = ({f"{layer}.{t}" for layer, s in stored.items() for t in s.tensors} | MLA_NORMS | INDEXER_NORMS
-                | {"indexer.wk_weights_proj.weight"})
-    have = {n for n, _ in module.named_parameters()}
-    if have != expected:
-        raise RuntimeError(f"{name}: parameters {sorted(have)}, this backend fills {sorted(expected)}")
-    for layer, s in stored.items():
-        load_stored(module.get_submodule(layer), s, f"{name}.{layer}")
+    load_layers(module, stored, stored_names(stored) | MLA_NORMS | INDEXER_NORMS | {"indexer.wk_weights_proj.weight"},
+                name)
     load_params(module.q_a_layernorm, {"weight": m.q_a_norm}, f"{name}.q_a_layernorm")
     load_params(module.kv_a_layernorm, {"weight": m.kv_a_norm}, f"{name}.kv_a_layernorm")
     load_params(module.indexer.wk_weights_proj, {"weight": fused_wk}, f"{name}.indexer.wk_weights_proj")

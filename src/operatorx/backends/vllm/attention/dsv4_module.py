@@ -43,7 +43,7 @@ import torch
 from operatorx.backends.base import Unsupported
 from operatorx.backends.torch.attention.dsv4 import DSV4_NORM_EPS, CompressorWeights, Dsv4Weights
 from operatorx.backends.vllm.attention.module import ModelConfigStandIn, config_with, model_stand_in, set_field
-from operatorx.backends.vllm.attention.proj import StoredLayer, load_stored, store
+from operatorx.backends.vllm.attention.proj import StoredLayer, load_layers, store, stored_names
 from operatorx.backends.vllm.attention.support import ModuleChoice
 from operatorx.backends.vllm.quant_map import Plan
 from operatorx.backends.vllm.weights import load_params
@@ -193,8 +193,7 @@ def _stored_layers(w: Dsv4Weights, plan: Plan) -> dict[str, StoredLayer]:
 def expected_parameters(w: Dsv4Weights, stored: dict[str, StoredLayer]) -> set[str]:
     """The module's parameter names before process_weights_after_loading (the stored layers' tensors, the
     norms, the sink; a compressor's ape, fused_wkv_wgate and norm; the indexer's weights_proj)."""
-    names = {f"{layer}.{t}" for layer, s in stored.items() for t in s.tensors}
-    names |= {"q_norm.weight", "kv_norm.weight", "attn_sink"}
+    names = stored_names(stored) | {"q_norm.weight", "kv_norm.weight", "attn_sink"}
     compressors = ["compressor"] if w.compressor is not None else []
     if w.indexer is not None:
         compressors.append("indexer.compressor")
@@ -220,12 +219,7 @@ def load_dsv4_weights(module: Any, w: Dsv4Weights, model_config: Any, plan: Plan
     if (w.compressor is None) != (module.compressor is None) or (w.indexer is None) != (module.indexer is None):
         raise RuntimeError(f"{name}: the weights' compressor / indexer do not match the module's")
     stored = _stored_layers(w, plan)
-    expected = expected_parameters(w, stored)
-    have = {n for n, _ in module.named_parameters()}
-    if have != expected:
-        raise RuntimeError(f"{name}: parameters {sorted(have)}, this backend fills {sorted(expected)}")
-    for layer, s in stored.items():
-        load_stored(module.get_submodule(layer), s, f"{name}.{layer}")
+    load_layers(module, stored, expected_parameters(w, stored), name)
     load_params(module.q_norm, {"weight": w.q_norm}, f"{name}.q_norm")
     load_params(module.kv_norm, {"weight": w.kv_norm}, f"{name}.kv_norm")
     sink = module.attn_sink

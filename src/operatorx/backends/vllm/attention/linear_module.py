@@ -27,6 +27,7 @@ from operatorx.backends.torch.attention.gqa import RMS_EPS
 from operatorx.backends.torch.attention.linear_weights import GdnWeights, KdaWeights, LinearWeights
 from operatorx.backends.vllm.attention.linear_support import SSM_CACHE_DTYPE, LinearModule
 from operatorx.backends.vllm.attention.module import ModelConfigStandIn, config_with, model_stand_in
+from operatorx.backends.vllm.attention.proj import check_parameters
 from operatorx.backends.vllm.weights import load_params
 from operatorx.spec.attention import GdnArgs, KdaArgs
 
@@ -100,10 +101,7 @@ def load_linear_weights(module: Any, choice: LinearModule, w: LinearWeights, mod
     """Copy the weights into the module's parameters, then vLLM's process_weights_after_loading."""
     from vllm.model_executor.model_loader.utils import process_weights_after_loading
 
-    want = GDN_PARAMS if isinstance(w, GdnWeights) else KDA_PARAMS
-    have = {n for n, _ in module.named_parameters()}
-    if have != want:
-        raise RuntimeError(f"{choice.cls}: parameters {sorted(have)}, this backend fills {sorted(want)}")
+    check_parameters(module, GDN_PARAMS if isinstance(w, GdnWeights) else KDA_PARAMS, choice.cls)
     if isinstance(w, GdnWeights):
         _gdn(module, w, choice.cls)
     else:

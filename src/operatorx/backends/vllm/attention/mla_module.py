@@ -30,7 +30,7 @@ from operatorx.backends.base import Unsupported
 from operatorx.backends.torch.attention.gqa import RMS_EPS
 from operatorx.backends.torch.attention.mla import MlaWeights
 from operatorx.backends.vllm.attention.module import ModelConfigStandIn, config_with, model_stand_in
-from operatorx.backends.vllm.attention.proj import load_stored, store
+from operatorx.backends.vllm.attention.proj import load_layers, store, stored_names
 from operatorx.backends.vllm.attention.support import CACHE_DTYPE, DEEPSEEK_MLA
 from operatorx.backends.vllm.quant_map import Plan
 from operatorx.backends.vllm.weights import load_params
@@ -111,12 +111,7 @@ def load_mla_weights(module: Any, w: MlaWeights, model_config: Any, plan: Plan) 
     name = DEEPSEEK_MLA.cls
     stored = {"fused_qkv_a_proj": store(torch.cat([w.q_a, w.kv_a]), plan), "q_b_proj": store(w.q_b, plan),
               "kv_b_proj": store(w.kv_b, plan), "o_proj": store(w.o, plan)}
-    expected = {f"{layer}.{t}" for layer, s in stored.items() for t in s.tensors} | MLA_NORMS
-    have = {n for n, _ in module.named_parameters()}
-    if have != expected:
-        raise RuntimeError(f"{name}: parameters {sorted(have)}, this backend fills {sorted(expected)}")
-    for layer, s in stored.items():
-        load_stored(getattr(module, layer), s, f"{name}.{layer}")
+    load_layers(module, stored, stored_names(stored) | MLA_NORMS, name)
     load_params(module.q_a_layernorm, {"weight": w.q_a_norm}, f"{name}.q_a_layernorm")
     load_params(module.kv_a_layernorm, {"weight": w.kv_a_norm}, f"{name}.kv_a_layernorm")
     process_weights_after_loading(module, model_config, torch.device("cuda"))

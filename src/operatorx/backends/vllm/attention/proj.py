@@ -11,6 +11,7 @@ values times power-of-two scales), and quantizes its activations as the layer do
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -21,7 +22,8 @@ from operatorx.backends.vllm.quant_map import Plan
 from operatorx.backends.vllm.reference import ACT_FLAVORS, act_quant_dequant
 from operatorx.backends.vllm.weights import load_params, quantize_matrix, scale_name
 
-__all__ = ["StoredLayer", "store", "load_stored", "quant_config_of", "activation", "flavors", "projection_kernels"]
+__all__ = ["StoredLayer", "store", "load_stored", "load_layers", "check_parameters", "stored_names", "quant_config_of",
+           "activation", "flavors", "projection_kernels"]
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,26 @@ def store(w: torch.Tensor, plan: Plan) -> StoredLayer:
 def load_stored(layer: Any, stored: StoredLayer, what: str) -> None:
     """Copy the stored tensors into the layer's parameters of the same names."""
     load_params(layer, stored.tensors, what)
+
+
+def stored_names(stored: dict[str, StoredLayer]) -> set[str]:
+    """The module parameter names the stored layers fill (`layer.tensor`)."""
+    return {f"{layer}.{t}" for layer, s in stored.items() for t in s.tensors}
+
+
+def check_parameters(module: Any, expected: AbstractSet[str], what: str) -> None:
+    """RuntimeError unless the module holds exactly the `expected` parameters: one vLLM added, renamed or
+    dropped fails by name instead of staying at its init value."""
+    have = {n for n, _ in module.named_parameters()}
+    if have != expected:
+        raise RuntimeError(f"{what}: parameters {sorted(have)}, this backend fills {sorted(expected)}")
+
+
+def load_layers(module: Any, stored: dict[str, StoredLayer], expected: AbstractSet[str], what: str) -> None:
+    """check_parameters, then each stored layer copied into the submodule of its name."""
+    check_parameters(module, expected, what)
+    for layer, s in stored.items():
+        load_stored(module.get_submodule(layer), s, f"{what}.{layer}")
 
 
 def quant_config_of(plan: Plan) -> Any:
