@@ -25,8 +25,9 @@ No config fact that changes the module is dropped in silence (attention_modules)
 - attention sinks (gpt-oss: vLLM's GptOssAttention adds a learned sink logit per head; config.json
   has no key for it) are not in the gqa format: NotDerived;
 - DeepSeek-V4's window-only layers (ratio 0) run the yarn `rope_scaling` in vLLM too, but dsv4_attn
-  holds it only with compress_ratio > 0: their metadata says so; `wo_a` is stored and run in fp8 but
-  left out of `proj`, as upstream's dsv4_attn cases write it: the metadata says that too.
+  holds it only with compress_ratio > 0: their metadata says so. `wo_a` is in `proj` with the checkpoint's
+  attn_out operands (stored and run so; vLLM 0.26 has no bf16 wo_a), where upstream's dsv4_attn cases
+  leave it out.
 """
 
 from __future__ import annotations
@@ -242,11 +243,11 @@ def _dsv4_layer_ratios(arch: Arch) -> list[int]:
 
 def _dsv4_args(arch: Arch, schemes: RoleSchemes, ratio: int, index_cache: Optional[str]) -> dict[str, Any]:
     """`dsv4_attn` args of the layers at `ratio` (batch and split aside). The input projections carry
-    attn_qkv's operands, wo_b attn_out's, the indexer's wq_b attn_qkv's; the compressors, the
+    attn_qkv's operands, wo_a and wo_b attn_out's, the indexer's wq_b attn_qkv's; the compressors, the
     indexer's weights_proj and compressor stay bf16 (stored bf16, vLLM builds them unquantized)."""
     what = f"the dsv4_attn case (compress ratio {ratio})"
     qkv, out = _pair(schemes["attn_qkv"]), _pair(schemes["attn_out"])
-    proj = {"wq_a": qkv, "wkv": qkv, "wq_b": qkv, "wo_b": out}
+    proj = {"wq_a": qkv, "wkv": qkv, "wq_b": qkv, "wo_a": out, "wo_b": out}
     args: dict[str, Any] = {
         "hidden": arch.int("hidden_size", what),
         "heads": arch.int("num_attention_heads", what),
@@ -273,17 +274,13 @@ def _dsv4_args(arch: Arch, schemes: RoleSchemes, ratio: int, index_cache: Option
     return {**args, "proj": proj}
 
 
-def _dsv4_metadata(arch: Arch, schemes: RoleSchemes, ratio: int, index_cache: Optional[str]) -> dict[str, str]:
-    """What a `dsv4_attn` case cannot hold (module docstring): a window-only layer's rope_scaling, a
-    quantized wo_a, and the engine setting behind an mxfp4 index-key cache."""
+def _dsv4_metadata(arch: Arch, ratio: int, index_cache: Optional[str]) -> dict[str, str]:
+    """What a `dsv4_attn` case cannot hold (module docstring): a window-only layer's rope_scaling and
+    the engine setting behind an mxfp4 index-key cache."""
     meta: dict[str, str] = {}
     if not ratio:
         meta.update(_scaling_left_out(arch, "dsv4_attn holds rope_scaling only with compress_ratio > 0; vLLM's "
                                             "DeepSeek-V4 applies it to every layer"))
-    wo_a = schemes["attn_out"]
-    if wo_a.b.get("dtype") != "bf16":
-        meta["wo_a_not_in_case"] = (f"the checkpoint's wo_a is {wo_a.name} (vLLM runs it so, its grouped fp8 "
-                                    "o_proj); proj leaves it out (bf16), as upstream's dsv4_attn cases write it")
     if index_cache == "mxfp4":
         meta["index_cache"] = "mxfp4: vLLM's attention_config.use_fp4_indexer_cache (sm_10x GPUs only)"
     return meta
@@ -303,7 +300,7 @@ def dsv4_modules(arch: Arch, schemes: RoleSchemes, batch: dict[str, Any], tp: in
         caches: Sequence[Optional[str]] = index_caches if _DSV4_KINDS[ratio] else (None,)
         for cache in caches:
             args = {**_dsv4_args(arch, schemes, ratio, cache), "batch": batch, **_split(tp, dp)}
-            out.append(AttentionModule("dsv4_attn", args, f"attn:c{ratio}", _dsv4_metadata(arch, schemes, ratio, cache),
+            out.append(AttentionModule("dsv4_attn", args, f"attn:c{ratio}", _dsv4_metadata(arch, ratio, cache),
                                        layers=ratios.count(ratio)))
     return out
 
