@@ -1,7 +1,8 @@
 # Sourced by the bench/h200_*.sh device scripts: install each carried kit (../shared/device/README.md;
+# `all` is the vllm, engine and base wheels in one kit of 51-MiB chunks, the fewest calls;
 # `pyd` is pydantic alone, for a call that carries no vllm kit)
 # into /tmp/site once per machine, and put it and the project's src on PYTHONPATH.
-for kit in base pyd vllm engine ct; do
+for kit in all base pyd vllm engine ct; do
   if [ -d ".device-kit/$kit-1" ] && [ ! -f "/tmp/site/.operatorx-$kit" ]; then
     bash ".device-kit/$kit-1/install.sh" >> "$OUT/install.txt" 2>&1 && touch "/tmp/site/.operatorx-$kit"
   fi

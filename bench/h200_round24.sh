@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Device calls for the next H200 session (benchmarks §31), each inside one call's 600 s (OPERATORX_GIT_SHA set):
-#   carry   nothing but the chunk that came with the call (vllm-1..7, engine-1..4, base-1, back to back)
+#   carry   nothing but the chunk that came with the call (all-1..9, or vllm-1..7, engine-1..4, base-1, back to back)
+#   first   dsv4's probe and gpu tests (250 s), then the gpu tests not re-run at session 22's end: one call
 #   dsv4    bench/dsv4_probe.py, then the dsv4_attn first cut's gpu tests run as if not xfail (stop at the first)
 #   v32     DeepSeek-V3.2's block-FP8 mla_dsa cases of attn_small alone, with a long case timeout (a hang's row
 #           now names where its worker waited), then the gpu tests not re-run at session 22's end
@@ -11,6 +12,17 @@ export PYTHONUNBUFFERED=1
 case "${1:-carry}" in
   carry)
     ls .device-kit ;;
+  first)
+    . bench/device_kit.sh
+    tail -1 "$OUT/install.txt"
+    timeout 60 python3 bench/dsv4_probe.py > "$OUT/dsv4_probe.txt" 2>&1; tail -15 "$OUT/dsv4_probe.txt" | cut -c1-300
+    timeout 250 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=long --runxfail -x \
+      tests/backends/vllm/test_attention_dsv4_gpu.py > "$OUT/tests_dsv4.txt" 2>&1
+    summary "$OUT/tests_dsv4.txt" | cut -c1-400
+    timeout 200 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short tests/backends/vllm/test_attention_dsa.py \
+      tests/backends/vllm/test_attention_linear.py tests/backends/torch/test_attention_gpu.py \
+      > "$OUT/tests_left.txt" 2>&1
+    summary "$OUT/tests_left.txt" | cut -c1-300 ;;
   dsv4)
     . bench/device_kit.sh
     tail -1 "$OUT/install.txt"
