@@ -36,7 +36,7 @@ def test_every_upstream_testlist_loads_with_every_case(name):
 def test_attention_cases_load_as_planned_cases_of_their_family():
     cases = load_testlist(UPSTREAM / "attn_parallel.json")
     assert {c.family for c in cases} == {"attention"}
-    assert {c.type for c in cases if c.implemented} == {"gqa", "mla"}
+    assert {c.type for c in cases if c.implemented} == {"gqa", "mla", "dsv4_attn"}
     assert all(c.world > 1 for c in cases)
     gemms = load_testlist(UPSTREAM / "gemm_parallel.json")
     assert all(c.implemented and c.family == "gemm" for c in gemms)

@@ -70,6 +70,7 @@ BACKENDS: dict[str, BackendEntry] = {
                  "gqa": "operatorx.backends.vllm.attention:VllmGqa",
                  "mla": "operatorx.backends.vllm.attention.mla:VllmMla",
                  "mla_dsa": "operatorx.backends.vllm.attention.dsa:VllmMlaDsa",
+                 "dsv4_attn": "operatorx.backends.vllm.attention.dsv4:VllmDsv4",
                  "gdn": "operatorx.backends.vllm.attention.linear:VllmGdn"},
         requires="vllm", framework="vLLM", install_hint='pip install -e ".[vllm]" (or pip install "operatorx[vllm]")',
         versions=("vllm",), warm="operatorx.backends.vllm.env:warm"),

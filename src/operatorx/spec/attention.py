@@ -3,9 +3,9 @@
 Each times one attention module whole, from the post-norm hidden states [T, hidden] to the module
 output before the residual add, over a KV cache (or linear-attention state) filled for every
 request's context. This version validates these cases field by field, so a file that holds them
-loads and a malformed one is refused with its field. gqa and mla have backends (IMPLEMENTED); the
-other types have none yet: their rows read `unsupported: op type ... is not implemented yet: ` and
-what is missing (MISSING).
+loads and a malformed one is refused with its field. gqa, mla, mla_dsa, dsv4_attn and gdn have
+backends (IMPLEMENTED); qsa and kda have none yet: their rows read `unsupported: op type ... is not
+implemented yet: ` and what is missing (MISSING).
 
 Shared fields:
 - `batch`: `groups` of `count` requests with `q` new tokens each over `ctx` cached ones (an int, or
@@ -474,9 +474,7 @@ class Dsv4AttnArgs(AttentionArgs):
     optional indexer), one latent as K and V, grouped low-rank output."""
 
     TYPE = "dsv4_attn"
-    MISSING = ("no backend builds DeepSeek-V4's attention: its compressor, indexer, sliding-window plus "
-               "compressed-token cache and grouped low-rank output (vLLM 0.26 has them: vllm/models/deepseek_v4; "
-               "on sm90 DeepseekV4FlashMLAAttention over FLASHMLA_SPARSE_DSV4, docs/dsv4-attention.md)")
+    IMPLEMENTED = True
     PROJECTIONS = ("wq_a", "wkv", "wq_b", "wo_a", "wo_b", "compressor.wkv", "compressor.wgate",
                    "indexer.wq_b", "indexer.wk", "indexer.weights_proj",
                    "indexer.compressor.wkv", "indexer.compressor.wgate")
@@ -502,28 +500,6 @@ class Dsv4AttnArgs(AttentionArgs):
     kv_cache_dtype: Literal["auto", "bf16", "fp8", "fp8_ds_mla"] = "auto"
     index_cache_dtype: Optional[Literal["fp8", "mxfp4"]] = None
     selection: Selection = "natural"
-
-    def missing(self) -> str:
-        """MISSING, led by the case's fields vLLM 0.26 itself does not run (read in its source): a backend
-        built on it would refuse them too."""
-        gaps = []
-        if self.compress_ratio in (1, 2):
-            gaps.append(f"compress_ratio={self.compress_ratio}: vLLM 0.26's DeepSeek-V4 compresses at ratios 4 and "
-                        "128 only")
-        if self.index_cache_dtype == "mxfp4":
-            gaps.append("index_cache_dtype=mxfp4: vLLM 0.26's MXFP4 indexer cache (use_fp4_indexer_cache) asserts an "
-                        "sm_10x GPU")
-        if self.kv_cache_dtype == "bf16":
-            gaps.append("kv_cache_dtype=bf16: vLLM 0.26's only bf16 DeepSeek-V4 cache is FlashInfer's sparse MLA "
-                        "backend's (sm_10x / sm_12x), FlashMLA's (sm90, sm100) is fp8_ds_mla only")
-        if self.kv_cache_dtype == "auto":
-            gaps.append("kv_cache_dtype=auto: vLLM 0.26's DeepSeek-V4 layer asserts an fp8 cache (served with "
-                        "--kv-cache-dtype fp8, which it lays out as fp8_ds_mla)")
-        wo_a = (self.proj or {}).get("wo_a")
-        if wo_a is None or wo_a.b.dtype == "bf16":
-            gaps.append(f"wo_a bf16{' (absent from proj)' if wo_a is None else ''}: vLLM 0.26 runs wo_a only as "
-                        "DeepGEMM's block-FP8 einsum (deep_gemm_fp8_o_proj reads wo_a.weight_scale_inv)")
-        return "; ".join([*gaps, self.MISSING])
 
     @model_validator(mode="after")
     def _layer_kind(self) -> Dsv4AttnArgs:

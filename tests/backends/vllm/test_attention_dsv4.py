@@ -131,8 +131,8 @@ def _shipped() -> list[Case]:
 
 
 def test_every_shipped_case_runs_but_for_the_mxfp4_index_cache_and_a_bf16_wo_a_is_refused_first():
-    """The rows' rank shards run but the MXFP4 index cache (what Dsv4AttnArgs.missing() leads with); with
-    wo_a out of proj (bf16, as upstream writes the cases) the wo_a gap is named instead."""
+    """The rows' rank shards run but the MXFP4 index cache; with wo_a out of proj (bf16, as upstream writes
+    the cases) the wo_a gap is named instead."""
     for case in _shipped():
         args = case.args
         assert isinstance(args, Dsv4AttnArgs)
@@ -142,11 +142,9 @@ def test_every_shipped_case_runs_but_for_the_mxfp4_index_cache_and_a_bf16_wo_a_i
         mxfp4 = shard.index_cache_dtype == "mxfp4"
         why = dsv4_refusal(shard)
         assert (why or "").startswith("index_cache_dtype=mxfp4") if mxfp4 else why is None, why
-        assert (shard.missing() or "").startswith("index_cache_dtype") == mxfp4
         bare = shard.model_copy(update={"proj": {k: v for k, v in (shard.proj or {}).items() if k != "wo_a"}})
         if not mxfp4:
             assert (dsv4_refusal(bare) or "").startswith("proj.wo_a bf16 (absent from proj)")
-            assert (bare.missing() or "").startswith("wo_a")
 
 
 # --- the fp8_ds_mla token ------------------------------------------------------------------------------

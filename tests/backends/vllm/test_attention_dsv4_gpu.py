@@ -1,8 +1,7 @@
 """The vllm dsv4_attn backend on a GPU: DeepSeek-V4-Flash-sized attention (one rank, every attention projection
 block FP8 with ue8m0 scales, wo_a included) through vLLM's DeepseekV4FlashMLAAttention, against the fp32
 reference: a window-only decode, a ratio-4 decode beyond topk, a ratio-128 decode, a ratio-4 extend. Each
-checks the output and what the row records (the backend, every cache's shape and padded page stride).
-VllmDsv4 is a first cut, not registered, never run on an H200: these are xfail until it has."""
+checks the output and what the row records (the backend, every cache's shape and padded page stride)."""
 
 from __future__ import annotations
 
@@ -13,8 +12,7 @@ import pytest
 from operatorx.spec import Case
 from tests.backends.vllm.cases import prepare_and_check
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.xfail(reason="dsv4_attn through vLLM: a first cut never run on an H200", strict=False)]
+pytestmark = pytest.mark.gpu
 
 _FP8 = {"a": {"dtype": "e4m3", "scale": {"dtype": "ue8m0", "static": False, "group": [1, 128]}},
         "b": {"dtype": "e4m3", "scale": {"dtype": "ue8m0", "static": True, "group": [128, 128]}}}

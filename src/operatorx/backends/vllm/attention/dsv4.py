@@ -1,6 +1,5 @@
 """The vllm dsv4_attn backend: DeepSeek-V4's DeepseekV4FlashMLAAttention from vLLM 0.26's own model code (on
-sm90: FLASHMLA_SPARSE_DSV4), timed over its filled fp8_ds_mla caches. Not registered yet: a first cut never
-run on an H200.
+sm90: FLASHMLA_SPARSE_DSV4), timed over its filled fp8_ds_mla caches.
 
 prepare (untimed, dsv4_build.py): the module under a DeepSeek-V4 config stand-in, its block-FP8 projections
 (DeepseekV4FP8Config) and bf16 compressors loaded from dsv4_weights, the 1 / 3 / 5 caches of its layer kind
