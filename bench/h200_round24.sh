@@ -2,44 +2,46 @@
 # Device calls for the next H200 session (benchmarks §31), each inside one call's 600 s (OPERATORX_GIT_SHA set):
 #   carry   nothing but the chunk that came with the call (all-1..9, or vllm-1..7, engine-1..4, base-1, back to back)
 #   first   dsv4's probe and gpu tests (250 s), then the gpu tests not re-run at session 22's end: one call
-#   dsv4    bench/dsv4_probe.py, then the dsv4_attn first cut's gpu tests run as if not xfail (stop at the first)
+#   dsv4    bench/dsv4_probe.py, then the dsv4_attn gpu tests (stop at the first failure)
 #   v32     DeepSeek-V3.2's block-FP8 mla_dsa cases of attn_small alone, with a long case timeout (a hang's row
-#           now names where its worker waited), then the gpu tests not re-run at session 22's end
+#           now names where its worker waited), then the mla_dsa, gdn/kda and torch attention gpu tests
 #   lists   attn_small and upstream attn_parallel and smoke_parallel through vllm (--rank-local)
 #   mla     the vllm mla gpu tests (module.py's set_field rename since their last run)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
+# The dsv4_attn probe and gpu tests (stop at the first failure), within `$1` seconds.
+dsv4_tests() {
+  timeout 60 python3 bench/dsv4_probe.py > "$OUT/dsv4_probe.txt" 2>&1; tail -15 "$OUT/dsv4_probe.txt" | cut -c1-300
+  timeout "$1" python3 -m pytest -m gpu -q -p no:cacheprovider --tb=long -x \
+    tests/backends/vllm/test_attention_dsv4_gpu.py > "$OUT/tests_dsv4.txt" 2>&1
+  summary "$OUT/tests_dsv4.txt" | cut -c1-400
+}
+# The mla_dsa, gdn/kda and torch attention gpu tests, within `$1` seconds.
+left_tests() {
+  timeout "$1" python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short tests/backends/vllm/test_attention_dsa.py \
+    tests/backends/vllm/test_attention_linear.py tests/backends/torch/test_attention_gpu.py \
+    > "$OUT/tests_left.txt" 2>&1
+  summary "$OUT/tests_left.txt" | cut -c1-300
+}
 case "${1:-carry}" in
   carry)
     ls .device-kit ;;
   first)
     . bench/device_kit.sh
     tail -1 "$OUT/install.txt"
-    timeout 60 python3 bench/dsv4_probe.py > "$OUT/dsv4_probe.txt" 2>&1; tail -15 "$OUT/dsv4_probe.txt" | cut -c1-300
-    timeout 250 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=long --runxfail -x \
-      tests/backends/vllm/test_attention_dsv4_gpu.py > "$OUT/tests_dsv4.txt" 2>&1
-    summary "$OUT/tests_dsv4.txt" | cut -c1-400
-    timeout 200 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short tests/backends/vllm/test_attention_dsa.py \
-      tests/backends/vllm/test_attention_linear.py tests/backends/torch/test_attention_gpu.py \
-      > "$OUT/tests_left.txt" 2>&1
-    summary "$OUT/tests_left.txt" | cut -c1-300 ;;
+    dsv4_tests 250
+    left_tests 200 ;;
   dsv4)
     . bench/device_kit.sh
     tail -1 "$OUT/install.txt"
-    timeout 60 python3 bench/dsv4_probe.py | tee "$OUT/dsv4_probe.txt"
-    timeout 420 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=long --runxfail -x \
-      tests/backends/vllm/test_attention_dsv4_gpu.py > "$OUT/tests_dsv4.txt" 2>&1
-    summary "$OUT/tests_dsv4.txt" | cut -c1-400 ;;
+    dsv4_tests 420 ;;
   v32)
     . bench/device_kit.sh
     timeout 300 python3 -m operatorx run -t attn_small --backend vllm --rank-local --filter "mla_dsa H=7168" \
       --case-timeout 240 --db "$OUT/v32.db" --results-dir "$OUT/res_v32" > "$OUT/run_v32.txt" 2>&1
     echo "v32 rc $?: $(tail -1 "$OUT/run_v32.txt")"
     grep -E "error|waited at" "$OUT/run_v32.txt" | cut -c1-400 | head -6
-    timeout 280 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short tests/backends/vllm/test_attention_dsa.py \
-      tests/backends/vllm/test_attention_linear.py tests/backends/torch/test_attention_gpu.py \
-      > "$OUT/tests_left.txt" 2>&1
-    summary "$OUT/tests_left.txt" ;;
+    left_tests 280 ;;
   mla)
     . bench/device_kit.sh
     timeout 400 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short tests/backends/vllm/test_attention_mla.py \
