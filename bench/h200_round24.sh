@@ -5,7 +5,7 @@
 #   dsv4    bench/dsv4_probe.py, then the dsv4_attn gpu tests (stop at the first failure)
 #   v32     DeepSeek-V3.2's block-FP8 mla_dsa cases of attn_small alone, with a long case timeout (a hang's row
 #           now names where its worker waited), then the mla_dsa, gdn/kda and torch attention gpu tests
-#   lists   attn_small and upstream attn_parallel and smoke_parallel through vllm (--rank-local)
+#   lists   `lists SECONDS LIST...`: each list through vllm (--rank-local), SECONDS each; default attn_small, 500 s
 #   mla     the vllm mla gpu tests (module.py's set_field rename since their last run)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -48,11 +48,15 @@ case "${1:-carry}" in
       > "$OUT/tests_mla.txt" 2>&1
     summary "$OUT/tests_mla.txt" ;;
   lists)
+    # `lists [SECONDS LIST...]`: the given lists (default: attn_small) through vllm, SECONDS each (default 500)
     . bench/device_kit.sh
-    for list in attn_small tests/spec/upstream/attn_parallel.json tests/spec/upstream/smoke_parallel.json; do
+    limit_s=${2:-500}
+    shift 2 2>/dev/null || shift $#
+    for list in "${@:-attn_small}"; do
       name=$(basename "$list" .json)
-      timeout 280 python3 -m operatorx run -t "$list" --backend vllm --rank-local --db "$OUT/attn_vllm.db" \
+      timeout "$limit_s" python3 -m operatorx run -t "$list" --backend vllm --rank-local --db "$OUT/attn_vllm.db" \
         --results-dir "$OUT/res_vllm" > "$OUT/run_${name}_vllm.txt" 2>&1
       echo "$name vllm rc $?: $(tail -1 "$OUT/run_${name}_vllm.txt")"
+      grep -E " error " "$OUT/run_${name}_vllm.txt" | cut -c1-300 | head -5
     done ;;
 esac
