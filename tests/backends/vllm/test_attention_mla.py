@@ -42,11 +42,11 @@ def _case(groups: list[dict[str, Any]], pages: str = "contiguous", **extra: Any)
 def test_deepseek_v3_is_accepted():
     assert mla_refusal(_case(DECODE).args) is None
     assert mla_refusal(_case(DECODE, proj=FP8_PROJ).args) is None     # its block-FP8 checkpoint too
+    assert mla_refusal(_case(DECODE, kv_cache_dtype="fp8").args) is None  # and an fp8 latent cache
 
 
 @pytest.mark.parametrize(("extra", "words"), [
     ({"gate": True}, "gate: MLA's output gate"),
-    ({"kv_cache_dtype": "fp8"}, "kv_cache_dtype=fp8"),
     ({"rope": False, "rope_theta": None, "rope_scaling": None}, "rope off"),
     ({"proj": {"q_b_proj": {"a": FP8, "b": FP8}}}, "proj.q_b_proj: dynamic weight scales"),
     ({"proj": {"q_b_proj": {"a": FP8, "b": FP8_BLOCK_W}}}, "bf16 beside quantized projections"),
@@ -146,6 +146,17 @@ def test_latent_read_back_order_and_blocks():
         assert got[p].tolist() == cache[r.pages[p // 64] + 1, p % 64].tolist()
 
 
+def test_fp8_latents_read_back_as_e4m3_times_k_scale():
+    """An fp8 cache's uint8 bytes are e4m3 values of row / k_scale: the read-back is their value times k_scale,
+    not the bytes as numbers."""
+    layout = plan_layout(_case([{"count": 1, "q": 1, "ctx": 70}]).args.batch, None, 64)
+    values = torch.tensor([0.5, -1.25, 3.0]).repeat((layout.pool_pages + 1) * 64, 1).view(-1, 64, 3)
+    cache = values.to(torch.float8_e4m3fn).view(torch.uint8)
+    got = cached_latents(cache, layout.requests[0], k_scale=2.0)
+    assert got.shape == (70, 3)
+    assert got[0].tolist() == [1.0, -2.5, 6.0] and got[69].tolist() == [1.0, -2.5, 6.0]
+
+
 # --- GPU: vLLM's own module ----------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -154,13 +165,13 @@ def vllm_mla():
     return VllmMla()
 
 
-def _backend_recorded(meta: dict[str, Any]) -> None:
+def _backend_recorded(meta: dict[str, Any], cache_dtype: str = "bfloat16") -> None:
     assert meta["module"].endswith("deepseek_v2.DeepseekV2MLAAttention")
     backend = meta["attention_backend"]
     assert backend["name"] and backend["class"].endswith("Backend") and backend["impl"].endswith("Impl")
     assert meta["metadata_builder"].endswith("MetadataBuilder")
     cache = meta["kv_cache"]
-    assert cache["shape"][1:] == [cache["block_size"], 512 + 64] and cache["dtype"] == "bfloat16"
+    assert cache["shape"][1:] == [cache["block_size"], 512 + 64] and cache["dtype"] == cache_dtype
     assert cache["spec"] == "MLAAttentionSpec"
     assert meta["rotary_embedding"] == "DeepseekScalingRotaryEmbedding"
     assert meta["softmax_scale"]["vllm"] == pytest.approx(meta["softmax_scale"]["reference"], rel=1e-6)
@@ -217,3 +228,21 @@ def test_block_fp8_projections(vllm_mla, groups):
     assert proj["scheme"] == "fp8_block"
     for name in ("fused_qkv_a_proj", "q_b_proj", "kv_b_proj", "o_proj"):
         assert proj["layers"][name]["quant_method"] == "Fp8LinearMethod", proj
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("groups", [DECODE, MIXED], ids=["decode", "mixed"])
+def test_fp8_latent_cache(vllm_mla, groups):
+    """`kv_cache_dtype: fp8`, one rank of tp8: on sm90 vLLM takes FLASHMLA (FLASH_ATTN_MLA has no fp8 cache), its
+    64-token pages of e4m3 latents (uint8 storage, the layer's default scales 1.0); the decodes run FlashMLA's
+    fp8 kernel, the mixed batch's prefills read their context dequantized."""
+    prepared, check = prepare_and_check(vllm_mla, _case(groups, pages="shuffled", heads=16, kv_cache_dtype="fp8"))
+    assert check.ok, check.to_json()
+    meta = prepared.metadata
+    _backend_recorded(meta, cache_dtype="uint8")
+    cache = meta["kv_cache"]
+    assert cache["cache_dtype"] == "fp8" and cache["scales"] == {"q": 1.0, "k": 1.0}
+    if torch.cuda.get_device_capability()[0] == 9:
+        assert meta["attention_backend"]["name"] == "FLASHMLA" and cache["block_size"] == 64
+    assert cache["bytes"] == cache["num_blocks"] * cache["block_size"] * (512 + 64)
+    assert meta["requests"]["decode"] == (16 if groups is DECODE else 4)

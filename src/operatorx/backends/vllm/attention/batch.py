@@ -51,12 +51,16 @@ def block_offsets(r: Request, start: int, stop: int) -> tuple[torch.Tensor, torc
     return slots // r.page_tokens, slots % r.page_tokens
 
 
-def cached_latents(kv_cache: torch.Tensor, r: Request) -> torch.Tensor:
+def cached_latents(kv_cache: torch.Tensor, r: Request, k_scale: float = 1.0) -> torch.Tensor:
     """fp32 [ctx, kv_lora_rank + rope_dim]: the request's cached positions 0 .. ctx - 1 read from an MLA cache
     [num_blocks, block_size, kv_lora_rank + rope_dim] through its blocks, each row as vLLM's
-    concat_and_cache_mla writes it (the normed latent, then the rope key)."""
+    concat_and_cache_mla writes it (the normed latent, then the rope key). An fp8 cache (uint8 storage) holds
+    e4m3 values of row / k_scale, so the row read back is the e4m3 value times k_scale."""
     blocks, offsets = (t.to(kv_cache.device) for t in block_offsets(r, 0, r.ctx))
-    return kv_cache[blocks, offsets].float()
+    rows = kv_cache[blocks, offsets]
+    if rows.dtype == torch.uint8:
+        return rows.view(torch.float8_e4m3fn).float() * k_scale
+    return rows.float()
 
 
 @dataclass(frozen=True)

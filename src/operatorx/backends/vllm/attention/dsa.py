@@ -29,7 +29,7 @@ __all__ = ["VllmMlaDsa", "DSA_BOUND"]
 
 #: The check's bound with bf16 projections: the MLA one (the attention over the same selection is MLA's
 #: arithmetic over fewer keys).
-DSA_BOUND = MLA_BOUND
+DSA_BOUND = MLA_BOUND["bf16"]
 
 
 class VllmMlaDsa(VllmAttentionBackend):

@@ -33,7 +33,7 @@ __all__ = ["VllmDsv4", "DSV4_BOUND", "DSV4_CHAINED_FP8"]
 #: (wkv runs beside wq_a; the fp8_ds_mla cache's own rounding is modelled by the reference).
 DSV4_CHAINED_FP8 = 4
 #: The check's floor: MLA's (bf16 roundings of a latent attention over the same keys).
-DSV4_BOUND = MLA_BOUND
+DSV4_BOUND = MLA_BOUND["bf16"]
 
 
 class VllmDsv4(VllmAttentionBackend):

@@ -2,11 +2,13 @@
 metadata its MLA backend's builder makes, and the timed call (imports vLLM; called from attention/mla.py).
 
 - the MLA backend is the one vLLM picked when the module's MLAAttention was built (`attn.attn_backend`,
-  get_attn_backend(use_mla=True): FLASH_ATTN_MLA first on sm90); the block size is the one it prefers
+  get_attn_backend(use_mla=True): FLASH_ATTN_MLA first on sm90 for a bf16 cache, FLASHMLA for an fp8 one,
+  which FLASH_ATTN_MLA does not take); the block size is the one it prefers
   (mla_module.set_block_size), and the layout pages by it;
 - the cache is the backend's get_kv_cache_shape(num_blocks, block_size, 1, kv_lora_rank + rope_dim):
   [blocks, block_size, kv_lora_rank + rope_dim], each token's normed latent then its rope key, in the
-  backend's stride order, filled with bf16 normals (build.allocate_cache) and bound with bind_kv_cache;
+  backend's stride order, filled with bf16 normals (an fp8 cache: their e4m3 bytes, uint8 storage;
+  build.allocate_cache) and bound with bind_kv_cache;
 - the metadata: the backend's builder over batch.py's index in the runner's decode-first order (the
   MLA builders split decodes, run by forward_mqa in the absorbed form, from prefills, run by
   forward_mha over up-projected keys, at their reorder_batch_threshold);
@@ -82,8 +84,9 @@ class BuiltMla(BuiltPaged):
         return position >= int(decodes)
 
     def cached(self, r: Request) -> torch.Tensor:
-        """fp32 [ctx, kv_lora_rank + rope_dim] of the request's cached positions, read through its blocks."""
-        return cached_latents(self.kv_cache, r)
+        """fp32 [ctx, kv_lora_rank + rope_dim] of the request's cached positions, read through its blocks (an
+        fp8 cache dequantized with the layer's k_scale, as the kernels read it)."""
+        return cached_latents(self.kv_cache, r, float(self.attn._k_scale))
 
 
 def device_bytes(args: MlaArgs, layout: Layout) -> int:
@@ -93,7 +96,7 @@ def device_bytes(args: MlaArgs, layout: Layout) -> int:
     qk, up = args.nope + rope, heads * (args.nope + args.v)
     weights = (args.q_lora_rank * h + heads * qk * args.q_lora_rank + (r + rope) * h + 2 * up * r
                + h * heads * args.v) * 2
-    cache = (layout.pool_pages + 1) * layout.page_tokens * (r + rope) * 2
+    cache = (layout.pool_pages + 1) * layout.page_tokens * (r + rope) * (1 if args.kv_cache_dtype == "fp8" else 2)
     t = layout.tokens
     acts = t * (2 * h + args.q_lora_rank + r + rope + 2 * heads * qk + heads * r + 2 * heads * args.v + up) * 2 * 4
     prefill = 0
@@ -202,6 +205,7 @@ def _metadata(args: MlaArgs, b: BuiltMla, builder: Any, spec: Any, size: Optiona
         "fused_a_min_latency_gemm": getattr(b.module.fused_qkv_a_proj, "_use_min_latency_gemm", None),
         "kv_cache": {"spec": class_name(spec), "shape": list(b.kv_cache.shape), "stride": list(b.kv_cache.stride()),
                      "dtype": str(b.kv_cache.dtype).replace("torch.", ""), "cache_dtype": b.attn.kv_cache_dtype,
+                     "scales": {"q": float(b.attn._q_scale), "k": float(b.attn._k_scale)},
                      "block_size": spec.block_size,
                      "block_size_rule": f"{backend.get_name()}.get_preferred_block_size("
                                         f"{CacheConfig.DEFAULT_BLOCK_SIZE}) = {spec.block_size}",

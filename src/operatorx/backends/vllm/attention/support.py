@@ -158,7 +158,4 @@ def mla_refusal(args: OpArgs) -> Optional[str]:
     if not args.rope:
         return ("rope off: DeepseekV2MLAAttention always applies RoPE; vLLM's NoPE MLA (KimiMLAAttention) has no "
                 "q_lora_rank, which every mla case sets")
-    if args.kv_cache_dtype == "fp8":
-        return ("kv_cache_dtype=fp8: the vllm mla backend fills and reads back bf16 latent caches only (vLLM's "
-                "sm90 MLA backend, FLASH_ATTN_MLA, has no fp8 cache; the e4m3 read-back is not built)")
     return None
