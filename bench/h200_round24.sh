@@ -6,7 +6,8 @@
 #   v32     DeepSeek-V3.2's block-FP8 mla_dsa cases of attn_small alone, with a long case timeout (a hang's row
 #           now names where its worker waited), then the mla_dsa, gdn/kda and torch attention gpu tests
 #   lists   `lists SECONDS LIST...`: each list through vllm (--rank-local), SECONDS each; default attn_small, 500 s
-#   mla     the vllm mla gpu tests (module.py's set_field rename since their last run)
+#   resume  `resume SECONDS`: finish the run `lists` left (its database is kept on the machine)
+#   mla     the vllm mla gpu tests (the fp8 latent cache among them)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 # The dsv4_attn probe and gpu tests (stop at the first failure), within `$1` seconds.
@@ -48,15 +49,26 @@ case "${1:-carry}" in
       > "$OUT/tests_mla.txt" 2>&1
     summary "$OUT/tests_mla.txt" ;;
   lists)
-    # `lists [SECONDS LIST...]`: the given lists (default: attn_small) through vllm, SECONDS each (default 500)
+    # `lists [SECONDS LIST...]`: the given lists (default: attn_small) through vllm, SECONDS each (default 500);
+    # the database stays on the machine (/tmp/opx) so that `resume` can finish a list the limit cut
     . bench/device_kit.sh
     limit_s=${2:-500}
     shift 2 2>/dev/null || shift $#
+    mkdir -p /tmp/opx
     for list in "${@:-attn_small}"; do
       name=$(basename "$list" .json)
-      timeout "$limit_s" python3 -m operatorx run -t "$list" --backend vllm --rank-local --db "$OUT/attn_vllm.db" \
-        --results-dir "$OUT/res_vllm" > "$OUT/run_${name}_vllm.txt" 2>&1
+      timeout "$limit_s" python3 -m operatorx run -t "$list" --backend vllm --rank-local --db /tmp/opx/attn_vllm.db \
+        --results-dir /tmp/opx/res_vllm > "$OUT/run_${name}_vllm.txt" 2>&1
       echo "$name vllm rc $?: $(tail -1 "$OUT/run_${name}_vllm.txt")"
       grep -E " error " "$OUT/run_${name}_vllm.txt" | cut -c1-300 | head -5
-    done ;;
+    done
+    cp -r /tmp/opx "$OUT/" ;;
+  resume)
+    # `resume [SECONDS]`: finish the last run `lists` started on this machine
+    . bench/device_kit.sh
+    timeout "${2:-500}" python3 -m operatorx run --resume latest --backend vllm --db /tmp/opx/attn_vllm.db \
+      --results-dir /tmp/opx/res_vllm > "$OUT/run_resume_vllm.txt" 2>&1
+    echo "resume rc $?: $(tail -1 "$OUT/run_resume_vllm.txt")"
+    grep -E " error " "$OUT/run_resume_vllm.txt" | cut -c1-300 | head -5
+    cp -r /tmp/opx "$OUT/" ;;
 esac
