@@ -5,7 +5,9 @@
 #   dsv4    bench/dsv4_probe.py, then the dsv4_attn gpu tests (stop at the first failure)
 #   v32     DeepSeek-V3.2's block-FP8 mla_dsa cases of attn_small alone, with a long case timeout (a hang's row
 #           now names where its worker waited), then the mla_dsa, gdn/kda and torch attention gpu tests
-#   lists   `lists SECONDS LIST...`: each list through vllm (--rank-local), SECONDS each; default attn_small, 500 s
+#   lists   `lists SECONDS LIST...`: each list through vllm (--rank-local), SECONDS each; default attn_small, 500 s;
+#           FILTER=... keeps the cases --filter keeps
+#   rest    the mla gpu tests, V3.2's block-FP8 mla_dsa cases alone, upstream attn_parallel and smoke_parallel
 #   resume  `resume SECONDS`: finish the run `lists` left (its database is kept on the machine)
 #   mla     the vllm mla gpu tests (the fp8 latent cache among them)
 set -uo pipefail
@@ -58,6 +60,26 @@ case "${1:-carry}" in
     for list in "${@:-attn_small}"; do
       name=$(basename "$list" .json)
       timeout "$limit_s" python3 -m operatorx run -t "$list" --backend vllm --rank-local --db /tmp/opx/attn_vllm.db \
+        --results-dir /tmp/opx/res_vllm ${FILTER:+--filter "$FILTER"} > "$OUT/run_${name}_vllm.txt" 2>&1
+      echo "$name vllm rc $?: $(tail -1 "$OUT/run_${name}_vllm.txt")"
+      grep -E " error " "$OUT/run_${name}_vllm.txt" | cut -c1-300 | head -5
+    done
+    cp -r /tmp/opx "$OUT/" ;;
+  rest)
+    # the vllm mla gpu tests (fp8 latent cache), DeepSeek-V3.2's block-FP8 mla_dsa cases alone (long case
+    # timeout), then upstream's attn_parallel and smoke_parallel through vllm: one call
+    . bench/device_kit.sh
+    mkdir -p /tmp/opx
+    timeout 170 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short tests/backends/vllm/test_attention_mla.py \
+      > "$OUT/tests_mla.txt" 2>&1
+    summary "$OUT/tests_mla.txt" | cut -c1-300
+    timeout 230 python3 -m operatorx run -t attn_small --backend vllm --rank-local --filter "mla_dsa H=7168" \
+      --case-timeout 200 --db /tmp/opx/attn_vllm.db --results-dir /tmp/opx/res_vllm > "$OUT/run_v32.txt" 2>&1
+    echo "v32 rc $?: $(tail -1 "$OUT/run_v32.txt")"
+    grep -E " error |waited at" "$OUT/run_v32.txt" | cut -c1-400 | head -6
+    for list in tests/spec/upstream/attn_parallel.json tests/spec/upstream/smoke_parallel.json; do
+      name=$(basename "$list" .json)
+      timeout 80 python3 -m operatorx run -t "$list" --backend vllm --rank-local --db /tmp/opx/attn_vllm.db \
         --results-dir /tmp/opx/res_vllm > "$OUT/run_${name}_vllm.txt" 2>&1
       echo "$name vllm rc $?: $(tail -1 "$OUT/run_${name}_vllm.txt")"
       grep -E " error " "$OUT/run_${name}_vllm.txt" | cut -c1-300 | head -5
