@@ -26,6 +26,16 @@ left_tests() {
     > "$OUT/tests_left.txt" 2>&1
   summary "$OUT/tests_left.txt" | cut -c1-300
 }
+# One list through vllm (--rank-local) within `$1` seconds, its log $OUT/run_`$3`_vllm.txt, into the machine's
+# database (/tmp/opx, which `resume` finishes); the rest of the arguments go to `operatorx run`.
+run_list() {
+  local limit_s=$1 list=$2 name=$3; shift 3
+  mkdir -p /tmp/opx
+  timeout "$limit_s" python3 -m operatorx run -t "$list" --backend vllm --rank-local --db /tmp/opx/attn_vllm.db \
+    --results-dir /tmp/opx/res_vllm "$@" > "$OUT/run_${name}_vllm.txt" 2>&1
+  echo "$name vllm rc $?: $(tail -1 "$OUT/run_${name}_vllm.txt")"
+  grep -E " error |waited at" "$OUT/run_${name}_vllm.txt" | cut -c1-300 | head -5
+}
 case "${1:-carry}" in
   carry)
     ls .device-kit ;;
@@ -56,33 +66,20 @@ case "${1:-carry}" in
     . bench/device_kit.sh
     limit_s=${2:-500}
     shift 2 2>/dev/null || shift $#
-    mkdir -p /tmp/opx
     for list in "${@:-attn_small}"; do
-      name=$(basename "$list" .json)
-      timeout "$limit_s" python3 -m operatorx run -t "$list" --backend vllm --rank-local --db /tmp/opx/attn_vllm.db \
-        --results-dir /tmp/opx/res_vllm ${FILTER:+--filter "$FILTER"} > "$OUT/run_${name}_vllm.txt" 2>&1
-      echo "$name vllm rc $?: $(tail -1 "$OUT/run_${name}_vllm.txt")"
-      grep -E " error " "$OUT/run_${name}_vllm.txt" | cut -c1-300 | head -5
+      run_list "$limit_s" "$list" "$(basename "$list" .json)" ${FILTER:+--filter "$FILTER"}
     done
     cp -r /tmp/opx "$OUT/" ;;
   rest)
     # the vllm mla gpu tests (fp8 latent cache), DeepSeek-V3.2's block-FP8 mla_dsa cases alone (long case
     # timeout), then upstream's attn_parallel and smoke_parallel through vllm: one call
     . bench/device_kit.sh
-    mkdir -p /tmp/opx
     timeout 170 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short tests/backends/vllm/test_attention_mla.py \
       > "$OUT/tests_mla.txt" 2>&1
     summary "$OUT/tests_mla.txt" | cut -c1-300
-    timeout 230 python3 -m operatorx run -t attn_small --backend vllm --rank-local --filter "mla_dsa H=7168" \
-      --case-timeout 200 --db /tmp/opx/attn_vllm.db --results-dir /tmp/opx/res_vllm > "$OUT/run_v32.txt" 2>&1
-    echo "v32 rc $?: $(tail -1 "$OUT/run_v32.txt")"
-    grep -E " error |waited at" "$OUT/run_v32.txt" | cut -c1-400 | head -6
+    run_list 230 attn_small v32 --filter "mla_dsa H=7168" --case-timeout 200
     for list in tests/spec/upstream/attn_parallel.json tests/spec/upstream/smoke_parallel.json; do
-      name=$(basename "$list" .json)
-      timeout 80 python3 -m operatorx run -t "$list" --backend vllm --rank-local --db /tmp/opx/attn_vllm.db \
-        --results-dir /tmp/opx/res_vllm > "$OUT/run_${name}_vllm.txt" 2>&1
-      echo "$name vllm rc $?: $(tail -1 "$OUT/run_${name}_vllm.txt")"
-      grep -E " error " "$OUT/run_${name}_vllm.txt" | cut -c1-300 | head -5
+      run_list 80 "$list" "$(basename "$list" .json)"
     done
     cp -r /tmp/opx "$OUT/" ;;
   resume)
