@@ -1,7 +1,8 @@
 """DeepSeek-V4's attention in the catalog (catalog/serving_attention.py, dsv4_modules): one `dsv4_attn`
 module per layer kind, equal field by field to upstream's own dsv4_attn cases but for the checkpoint's
 wo_a (the catalog writes it, upstream leaves it out), counted per kind in a serving step, and NotDerived
-naming the config field where the catalog lacks it."""
+naming the config field where the catalog lacks it; GLM-5.2's IndexShare (index_share_modules): one mla_dsa
+module per indexer kind, each over its own layers."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 from operatorx.catalog import generate
 from operatorx.catalog.arch import read_arch
 from operatorx.catalog.checkpoints import find_checkpoints, load_catalog
-from operatorx.catalog.errors import MissingField, NotDerived
+from operatorx.catalog.errors import CatalogError, MissingField, NotDerived
 from operatorx.catalog.serving import Scenario, serving
 from operatorx.catalog.serving_attention import DSV4_INDEX_CACHES, attention_modules, dsv4_modules
 from operatorx.spec import Case
@@ -175,3 +176,38 @@ def test_generate_with_attention_writes_every_kind_at_every_batch():
     batches = 4 * 4 + 3
     assert dict(by_role) == {"attn:c4": 2 * batches, "attn:c128": batches}
     assert {c.args.parallel.tp for c in cases} == {8}
+
+
+GLM52 = "zai-org/GLM-5.2-FP8"
+
+
+def test_glm52_index_share_is_one_mla_dsa_module_per_indexer_kind():
+    ckpt = _ckpt(GLM52)
+    own, shared = attention_modules(ckpt.arch, _roles(ckpt), DECODE, 8, 1)
+    assert (own.role, own.layers, shared.role, shared.layers) == ("self_attn", 21, "self_attn:shared", 57)
+    assert own.args["indexer"] == "own" and shared.args["indexer"] == "reuse"
+    assert own.args["rope_theta"] == 8000000 and own.args["parallel"] == {"tp": 8}
+    # a shared layer runs no indexer: its projections are the MLA ones alone, block FP8 as the checkpoint's
+    assert set(own.args["proj"]) - set(shared.args["proj"]) == {"indexer.wq_b", "indexer.wk"}
+    assert {pair["b"]["dtype"] for pair in own.args["proj"].values()} == {"e4m3"}
+    assert _without(_without(own.args, "indexer"), "proj") == _without(_without(shared.args, "indexer"), "proj")
+    for m in (own, shared):
+        Case.model_validate({"type": m.kind, "args": m.args})
+
+
+def test_glm52_serving_step_counts_each_indexer_kind_over_its_layers():
+    cases = serving(GLM52, Scenario(isl=960, osl=128, conc=16, tp=8))
+    decode = {c.sources[0].rsplit("/", 1)[1]: c.count for c in cases if c.type == "mla_dsa" and c.step == "decode"}
+    assert decode == {"self_attn": 21, "self_attn:shared": 57}
+
+
+@pytest.mark.parametrize(("types", "words"), [
+    (["full"] * 77, "for each of the 78 layers"),
+    (["full"] * 77 + ["skip"], "for each of the 78 layers"),
+    (["shared"] + ["full"] * 77, "layer 0 is 'shared'"),
+])
+def test_a_malformed_indexer_types_is_named(types, words):
+    ckpt = _ckpt(GLM52)
+    with pytest.raises(CatalogError, match="indexer_types") as err:
+        attention_modules(_rearch(ckpt, indexer_types=types), _roles(ckpt), DECODE, 8, 1)
+    assert words in str(err.value)

@@ -410,6 +410,33 @@ def test_a_dsv4_shard_divides_heads_and_o_groups_and_keeps_the_compressor_and_in
         case("dsv4_attn", [{"count": 1, "q": 1, "ctx": 40}], **ratio4, parallel={"tp": 4}).args.rank_shard()
 
 
+def test_a_reuse_layer_with_indexer_projections_is_refused_by_field():
+    bf16 = {"a": {"dtype": "bf16"}, "b": {"dtype": "bf16"}}
+    with pytest.raises(ValueError, match=r"proj.indexer.wq_b: an `indexer: reuse` layer runs no indexer"):
+        case("mla_dsa", [{"count": 1, "q": 1, "ctx": 8}], **DSA, indexer="reuse", proj={"indexer.wq_b": bf16})
+    assert case("mla_dsa", [{"count": 1, "q": 1, "ctx": 8}], **DSA, indexer="reuse", proj={"o_proj": bf16})
+
+
+def test_layer_kinds_of_one_model_never_share_a_label():
+    """What changes a module's work beyond its head sizes is in its label (and its family), so two layer
+    kinds of one checkpoint (GLM-5.2's own and shared indexers, DeepSeek-V4's two index caches, a gated
+    Qwen3.5 layer) are two lines on the Shape page."""
+    decode = [{"count": 16, "q": 1, "ctx": 8192}]
+    dsa = case("mla_dsa", decode, **DSA).args
+    assert dsa.label() == "mla_dsa H=64 2h r16 16x(q1,ctx8192)"
+    assert case("mla_dsa", decode, **DSA, indexer="reuse").args.label() == "mla_dsa H=64 2h r16 reuse 16x(q1,ctx8192)"
+    ratio4 = dict(DSV4, compress_ratio=4, indexer="own", topk=3, index_heads=2, index_dim=8, compress_rope_theta=1e4)
+    assert case("dsv4_attn", decode, **ratio4, index_cache_dtype="fp8").args.heads_label() == "4h×32 w4 c4"
+    assert case("dsv4_attn", decode, **ratio4, index_cache_dtype="mxfp4").args.heads_label() == "4h×32 w4 c4 idx:mxfp4"
+    shared = dict(ratio4, compress_ratio=128, indexer=None, topk=None, index_heads=None, index_dim=None, source=False)
+    assert case("dsv4_attn", decode, **shared).args.heads_label() == "4h×32 w4 c128 src0"
+    assert case("gqa", decode, **GQA, qk_norm=True, gate=True).args.heads_label() == "4q/2kv×16 qk-norm gated"
+    assert case("gqa", decode, **GQA, window=128).args.family() == "gqa H=64 4q/2kv×16 w128 Mx(q1,ctx8192)"
+    kda = dict(hidden=32, heads=2, head_dim=8, conv_kernel=4)
+    assert case("kda", decode, **kda).args.heads_label() == "2h×8"
+    assert case("kda", decode, **kda, state_dtype="bf16").args.heads_label() == "2h×8 state:bf16"
+
+
 def test_attention_families_differ_in_the_batch_alone():
     """The Shape page plots a family against the batch: one line per module and (q, ctx), never two
     models or two contexts on one line."""

@@ -327,6 +327,8 @@ def attention_modules(arch: Arch, schemes: RoleSchemes, batch: dict[str, Any], t
         return dsv4_modules(arch, schemes, batch, tp, dp, index_caches)
     kind, args = attention_args(arch, schemes, batch, tp, dp)
     role = attention_module(arch)
+    if kind == "mla_dsa" and arch.opt("indexer_types") is not None:
+        return index_share_modules(arch, args, role)
     meta = _scaling_left_out(arch) if kind == "gqa" else {}
     window = _window(arch) if kind == "gqa" else None
     types = arch.config.get("layer_types") or []
@@ -336,6 +338,32 @@ def attention_modules(arch: Arch, schemes: RoleSchemes, batch: dict[str, Any], t
         out.append(AttentionModule("gqa", {**args, "window": window}, f"{role}:sliding", meta))
     if arch.has_linear_attention:
         out.append(AttentionModule("gdn", linear_attention_args(arch, schemes, batch, tp, dp), "linear_attn"))
+    return out
+
+
+#: `indexer_types` entries (GLM-5.2's IndexShare): a layer with its own indexer, or one that reuses the top-k of
+#: the last layer with one.
+INDEXER_TYPES = {"full": "own", "shared": "reuse"}
+
+
+def index_share_modules(arch: Arch, args: dict[str, Any], role: str) -> list[AttentionModule]:
+    """An mla_dsa checkpoint whose `indexer_types` names each layer's indexer: one module per kind, cited
+    `<role>` (own indexer) and `<role>:shared` (`indexer: reuse`, no indexer projections), each with its
+    layer count, since a shared layer runs no indexer and only reads the top-k an earlier layer wrote."""
+    layers = arch.int("num_hidden_layers", "the indexer_types layer split")
+    types = arch.config["indexer_types"]
+    if not isinstance(types, list) or len(types) != layers or any(t not in INDEXER_TYPES for t in types):
+        raise CatalogError(f"config field 'indexer_types' must list one of {sorted(INDEXER_TYPES)} for each of the "
+                           f"{layers} layers ({arch.origin})")
+    if types[0] != "full":
+        raise CatalogError(f"config field 'indexer_types': layer 0 is {types[0]!r}, but a shared layer reuses an "
+                           f"earlier layer's top-k ({arch.origin})")
+    own = sum(1 for t in types if t == "full")
+    reuse_proj = {name: pair for name, pair in args["proj"].items() if not name.startswith("indexer.")}
+    out = [AttentionModule("mla_dsa", args, role, layers=own)]
+    if own < layers:
+        out.append(AttentionModule("mla_dsa", {**args, "indexer": "reuse", "proj": reuse_proj}, f"{role}:shared",
+                                   layers=layers - own))
     return out
 
 

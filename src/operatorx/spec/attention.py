@@ -298,6 +298,11 @@ class _GroupedHeads(AttentionArgs):
             tally.cache_bytes += count * (read + q) * per_token
 
 
+def _with_state(label: str, state_dtype: str) -> str:
+    """A linear-attention label with its recurrent state's dtype where it is not the default fp32."""
+    return label if state_dtype == "fp32" else f"{label} state:{state_dtype}"
+
+
 class GqaArgs(_GroupedHeads):
     """Dense grouped-query attention: q/k/v projections, optional q/k norm, RoPE, cache write,
     causal attention, optional sigmoid output gate, o_proj."""
@@ -310,6 +315,12 @@ class GqaArgs(_GroupedHeads):
     qk_norm: bool = False
     gate: bool = False
     window: Optional[Size] = None
+
+    def heads_label(self) -> str:
+        """`32q/8kv×128`, then what else changes the work: `qk-norm`, `gated`, `w<window>`."""
+        marks = [mark for on, mark in ((self.qk_norm, "qk-norm"), (self.gate, "gated"),
+                                       (self.window is not None, f"w{self.window}")) if on]
+        return " ".join([super().heads_label(), *marks])
     kv_cache_dtype: Literal["auto", "bf16", "fp8"] = "auto"
 
     def _add_cost(self, tally: CostTally) -> None:
@@ -450,6 +461,21 @@ class MlaDsaArgs(_LatentHeads):
     kv_cache_dtype: Literal["auto", "bf16", "fp8", "fp8_ds_mla"] = "auto"
     selection: Selection = "natural"
 
+    @model_validator(mode="after")
+    def _reuse_has_no_indexer(self) -> MlaDsaArgs:
+        if self.indexer == "reuse":
+            named = sorted(name for name in (self.proj or {}) if name.startswith("indexer."))
+            if named:
+                raise ValueError(f"proj.{named[0]}: an `indexer: reuse` layer runs no indexer (it reads an earlier "
+                                 "layer's top-k)")
+        return self
+
+    def heads_label(self) -> str:
+        """As mla's, with `reuse` for a layer that reads an earlier layer's top-k (its label would match the
+        own-indexer layer's otherwise)."""
+        label = super().heads_label()
+        return f"{label} reuse" if self.indexer == "reuse" else label
+
     def _add_cost(self, tally: CostTally) -> None:
         """MLA over at most topk selected tokens. An own indexer projects index_heads queries
         (from the q latent), one key and the head weights, scores every key of the context and keeps
@@ -523,7 +549,17 @@ class Dsv4AttnArgs(AttentionArgs):
         return self
 
     def heads_label(self) -> str:
-        return f"{self.heads}h×{self.head_dim} w{self.window} c{self.compress_ratio}"
+        """`128h×512 w128 c4`, then the indexer where it is not the layer's only kind (`shared`, `reuse`,
+        `src0` for a layer that reads another's cache) and an index cache other than fp8, so no two layer
+        kinds of one model share a label."""
+        parts = [f"{self.heads}h×{self.head_dim} w{self.window} c{self.compress_ratio}"]
+        if self.indexer in ("shared", "reuse"):
+            parts.append(self.indexer)
+        if not self.source:
+            parts.append("src0")
+        if self.index_cache_dtype not in (None, "fp8"):
+            parts.append(f"idx:{self.index_cache_dtype}")
+        return " ".join(parts)
 
     def _cache_token_bytes(self) -> int:
         """One cached token (raw or compressed): bf16 head_dim, or vLLM's fp8 V4 layout for every
@@ -606,7 +642,8 @@ class GdnArgs(AttentionArgs):
     state_dtype: StateDType = "fp32"
 
     def heads_label(self) -> str:
-        return f"{self.qk_heads}qk/{self.v_heads}v×{self.head_dim}"
+        """`16qk/32v×128`, with the state dtype when it is not fp32."""
+        return _with_state(f"{self.qk_heads}qk/{self.v_heads}v×{self.head_dim}", self.state_dtype)
 
     @model_validator(mode="after")
     def _heads(self) -> GdnArgs:
@@ -640,7 +677,8 @@ class KdaArgs(AttentionArgs):
     state_dtype: StateDType = "fp32"
 
     def heads_label(self) -> str:
-        return f"{self.heads}h×{self.head_dim}"
+        """`96h×128`, with the state dtype when it is not fp32."""
+        return _with_state(f"{self.heads}h×{self.head_dim}", self.state_dtype)
 
     def _add_cost(self, tally: CostTally) -> None:
         """q, k, v and the output gate g over heads·head_dim; the decay through f_a (hidden -> gate_rank,

@@ -54,6 +54,9 @@ def test_deepseek_v32_is_accepted():
 
 @pytest.mark.parametrize(("extra", "words"), [
     ({"indexer": "reuse"}, "indexer=reuse"),
+    # a reuse layer of a block-FP8 checkpoint (GLM-5.2's shared layers): no indexer projections to name
+    ({"indexer": "reuse", "proj": {k: v for k, v in FP8_PROJ.items() if not k.startswith("indexer.")}},
+     "indexer=reuse"),
     ({"proj": {"indexer.wk": {"a": {"dtype": "bf16"}, "b": FP8_BLOCK_W}}}, "dequantizes only a block-FP8 wk"),
     ({"proj": {**FP8_PROJ, "indexer.weights_proj": {"a": FP8, "b": FP8_BLOCK_W}}}, "proj.indexer.weights_proj"),
     ({"proj": {k: v for k, v in FP8_PROJ.items() if k != "indexer.wq_b"}}, "proj.indexer.wq_b: bf16 beside fp8"),

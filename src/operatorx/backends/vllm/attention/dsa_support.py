@@ -76,13 +76,13 @@ def dsa_refusal(args: OpArgs) -> Optional[str]:
     if why is not None:
         return why
     assert isinstance(args, MlaDsaArgs)
-    plan = dsa_projection_plan(args)
-    if isinstance(plan, str):
-        return plan
     if args.indexer == "reuse":
         return ("indexer=reuse: vLLM 0.26's IndexCache skip layer (index_topk_freq / index_topk_pattern, "
                 "skip_topk) reads an earlier layer's topk_indices_buffer; building it with a filled buffer is not "
                 "done yet")
+    plan = dsa_projection_plan(args)
+    if isinstance(plan, str):
+        return plan
     if args.index_dim != INDEX_QUANT_BLOCK:
         return (f"index_dim={args.index_dim}: the indexer's fp8 key cache is read back here for "
                 f"{INDEX_QUANT_BLOCK} dims (one fp32 scale per token, vLLM's quant_block_size); others not built")
