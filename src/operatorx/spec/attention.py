@@ -315,13 +315,13 @@ class GqaArgs(_GroupedHeads):
     qk_norm: bool = False
     gate: bool = False
     window: Optional[Size] = None
+    kv_cache_dtype: Literal["auto", "bf16", "fp8"] = "auto"
 
     def heads_label(self) -> str:
         """`32q/8kv×128`, then what else changes the work: `qk-norm`, `gated`, `w<window>`."""
         marks = [mark for on, mark in ((self.qk_norm, "qk-norm"), (self.gate, "gated"),
                                        (self.window is not None, f"w{self.window}")) if on]
         return " ".join([super().heads_label(), *marks])
-    kv_cache_dtype: Literal["auto", "bf16", "fp8"] = "auto"
 
     def _add_cost(self, tally: CostTally) -> None:
         """The gate doubles q_proj's output (packed in, as Qwen3.5); a window of W caps each token at

@@ -19,6 +19,7 @@ from __future__ import annotations
 from contextlib import ExitStack
 from typing import Any, Optional
 
+from operatorx.backends.vllm.attention import BOUND
 from operatorx.backends.vllm.attention.base import BuiltAttention, Reference, VllmAttentionBackend
 from operatorx.backends.vllm.attention.support import mla_refusal, projection_bound
 from operatorx.spec import Case
@@ -27,11 +28,10 @@ from operatorx.spec.op_type import OpArgs
 
 __all__ = ["VllmMla", "MLA_BOUND"]
 
-#: ||out - ref|| / ||ref|| by `kv_cache_dtype`. bf16 cache: the bf16 module's roundings (the torch backend's
-#: bound); the absorbed decode path also rounds q·W_UK and the latent mix to bf16 before W_UV. fp8 cache:
-#: the decode kernel (FlashMLA's fp8 path) also takes q·W_UK and the new token's latent in e4m3 (about 3.6%
-#: rms each, not modelled by the reference, which reads the cached latents as stored), as the gqa bound.
-MLA_BOUND = {"auto": 2e-2, "bf16": 2e-2, "fp8": 1e-1}
+#: ||out - ref|| / ||ref|| by `kv_cache_dtype`: gqa's. bf16 cache: the bf16 module's roundings (the absorbed
+#: decode path also rounds q·W_UK and the latent mix to bf16 before W_UV); fp8 cache: the decode kernel
+#: (FlashMLA's fp8 path) also takes q·W_UK and the new token's latent in e4m3, as FA3 takes q and new K/V.
+MLA_BOUND = BOUND
 
 
 class VllmMla(VllmAttentionBackend):
