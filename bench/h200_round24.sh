@@ -10,6 +10,8 @@
 #   rest    the mla gpu tests, V3.2's block-FP8 mla_dsa cases alone, upstream attn_parallel and smoke_parallel
 #   resume  `resume SECONDS`: finish the run `lists` left (its database is kept on the machine)
 #   mla     the vllm mla gpu tests (the fp8 latent cache among them)
+#   go      `go SECONDS`: the mla gpu tests, upstream attn_parallel and smoke_parallel, then attn_small within
+#           SECONDS (default 300; `resume` finishes it): session 25's one call after the carries
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 # The dsv4_attn probe and gpu tests (stop at the first failure), within `$1` seconds.
@@ -81,6 +83,18 @@ case "${1:-carry}" in
     for list in tests/spec/upstream/attn_parallel.json tests/spec/upstream/smoke_parallel.json; do
       run_list 80 "$list" "$(basename "$list" .json)"
     done
+    cp -r /tmp/opx "$OUT/" ;;
+  go)
+    . bench/device_kit.sh
+    tail -1 "$OUT/install.txt"
+    nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit,temperature.gpu --format=csv
+    timeout 150 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short tests/backends/vllm/test_attention_mla.py \
+      > "$OUT/tests_mla.txt" 2>&1
+    summary "$OUT/tests_mla.txt" | cut -c1-300
+    for list in tests/spec/upstream/attn_parallel.json tests/spec/upstream/smoke_parallel.json; do
+      run_list 80 "$list" "$(basename "$list" .json)"
+    done
+    run_list "${2:-300}" attn_small attn_small
     cp -r /tmp/opx "$OUT/" ;;
   resume)
     # `resume [SECONDS]`: finish the last run `lists` started on this machine
