@@ -216,3 +216,22 @@ def test_index_keys_are_normed_then_rotated():
     table = rope_table(pos, args.rope_dim, args.rope_theta, None, "neox", torch.float32, "cpu")
     torch.testing.assert_close(k[:, :args.rope_dim], apply_rope(normed[:, None, :args.rope_dim], table)[:, 0])
     assert not torch.allclose(k[:, :args.rope_dim], normed[:, :args.rope_dim])
+
+
+def test_a_reuse_layer_attends_the_given_selection_without_an_indexer():
+    """`indexer: reuse`: the same MLA over the given picks as an own-indexer layer fed those picks, and no
+    indexer key is read (an earlier layer chose them)."""
+    own_args = _args(topk=8)
+    s = Setup(own_args)
+    own = s.run()
+    by_request = dict(zip(_requests(s.layout, own.rows), own.own_indices, strict=True))
+    reuse = Setup(_args(topk=8, indexer="reuse"))
+    got = dsa_reference(reuse.args, s.w, s.x, s.layout, s.latent, None,
+                        selection=lambda req, pick: by_request[req])
+    torch.testing.assert_close(got.out, own.out, rtol=0, atol=0)
+    assert all(torch.equal(a, b) for a, b in zip(got.own_indices, own.own_indices, strict=True))
+    assert "no indexer (reuse" in got.what
+    with pytest.raises(ValueError, match="given selection"):
+        dsa_reference(reuse.args, s.w, s.x, s.layout, s.latent, None)
+    with pytest.raises(ValueError, match="cached_keys"):
+        dsa_reference(own_args, s.w, s.x, s.layout, s.latent, None)

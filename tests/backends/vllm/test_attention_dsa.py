@@ -21,6 +21,7 @@ from operatorx.backends.vllm.attention.dsa_layout import (
     quantize_keys,
     read_index_keys,
 )
+from operatorx.backends.vllm.attention.dsa_reuse import reused_topk
 from operatorx.backends.vllm.attention.dsa_support import dsa_refusal, wk_upcast
 from operatorx.spec import Case
 from tests.backends.vllm.cases import prepare_and_check
@@ -46,17 +47,25 @@ def _case(groups: list[dict[str, Any]], pages: str = "contiguous", **extra: Any)
 
 # --- CPU: no vLLM needed --------------------------------------------------------------------------------
 
+#: The MLA projections of FP8_PROJ: what a reuse layer of a block-FP8 checkpoint (GLM-5.2's shared layers) has.
+FP8_MLA_PROJ = {k: v for k, v in FP8_PROJ.items() if not k.startswith("indexer.")}
+
+
 def test_deepseek_v32_is_accepted():
     assert dsa_refusal(_case(DECODE).args) is None
     assert dsa_refusal(_case(DECODE, proj=FP8_PROJ).args) is None
     assert wk_upcast(_case(DECODE, proj=FP8_PROJ).args) and not wk_upcast(_case(DECODE).args)
 
 
+@pytest.mark.parametrize("extra", [{}, {"proj": FP8_MLA_PROJ}, {"index_dim": 64}], ids=["bf16", "fp8-block", "dim64"])
+def test_a_reuse_layer_is_accepted_by_its_mla_projections_alone(extra):
+    """vLLM's skip layer builds no Indexer: index_dim and the indexer projections are not its to check."""
+    assert dsa_refusal(_case(DECODE, indexer="reuse", **extra).args) is None
+    why = dsa_refusal(_case(DECODE, indexer="reuse", proj={"q_b_proj": {"a": FP8, "b": FP8_BLOCK_W}}).args)
+    assert why is not None and "bf16 beside quantized projections" in why
+
+
 @pytest.mark.parametrize(("extra", "words"), [
-    ({"indexer": "reuse"}, "indexer=reuse"),
-    # a reuse layer of a block-FP8 checkpoint (GLM-5.2's shared layers): no indexer projections to name
-    ({"indexer": "reuse", "proj": {k: v for k, v in FP8_PROJ.items() if not k.startswith("indexer.")}},
-     "indexer=reuse"),
     ({"proj": {"indexer.wk": {"a": {"dtype": "bf16"}, "b": FP8_BLOCK_W}}}, "dequantizes only a block-FP8 wk"),
     ({"proj": {**FP8_PROJ, "indexer.weights_proj": {"a": FP8, "b": FP8_BLOCK_W}}}, "proj.indexer.weights_proj"),
     ({"proj": {k: v for k, v in FP8_PROJ.items() if k != "indexer.wq_b"}}, "proj.indexer.wq_b: bf16 beside fp8"),
@@ -157,6 +166,29 @@ def test_selection_reads_the_buffer_in_batch_order():
     assert BuiltDsa.selection(fake, layout.requests[2], torch.tensor([0]))[:, 0].tolist() == [1]  # type: ignore[arg-type]
 
 
+def test_reused_topk_keeps_every_key_a_token_sees_up_to_topk():
+    got = reused_topk(torch.tensor([0, 3, 7]), 8, torch.Generator().manual_seed(0))
+    assert got.dtype == torch.int32 and got.shape == (3, 8)
+    assert got.tolist() == [[0] + [-1] * 7, [0, 1, 2, 3] + [-1] * 4, list(range(8))]
+
+
+def test_reused_topk_draws_distinct_causal_positions_uniformly(monkeypatch):
+    import operatorx.backends.vllm.attention.dsa_reuse as reuse
+
+    monkeypatch.setattr(reuse, "DRAW_CHUNK_BYTES", 4 * 1000 * 7)          # seven rows a draw: chunks covered
+    pos = torch.tensor([999] * 40 + [5, 500])
+    got = reuse.reused_topk(pos, 64, torch.Generator().manual_seed(1))
+    for row, p in zip(got.tolist(), pos.tolist(), strict=True):
+        picked = [i for i in row if i >= 0]
+        assert len(picked) == len(set(picked)) == min(p + 1, 64) and picked == sorted(picked)
+        assert row[len(picked):] == [-1] * (64 - len(picked)) and max(picked) <= p
+    spread = got[:40].float()
+    assert abs(float(spread.mean()) - 499.5) < 15                           # uniform over 0 .. 999: sd ~5.7
+    assert not torch.equal(got[0], got[1])
+    again = reuse.reused_topk(pos, 64, torch.Generator().manual_seed(1))
+    assert torch.equal(got, again)
+
+
 # --- GPU: vLLM's own module ----------------------------------------------------------------------------
 
 #: VllmMlaDsa is a first cut, not registered: these have not run on an H200 yet.
@@ -202,3 +234,20 @@ def test_block_fp8_projections_match_the_reference(vllm_dsa):
     assert check.ok, check.to_json()
     assert prepared.metadata["projections"]["scheme"] == "fp8_block"
     assert prepared.metadata["indexer_wk"].startswith("proj.indexer.wk is block FP8")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("groups", "extra"), [
+    (DECODE, {}),
+    ([{"count": 4, "q": 1, "ctx": 4096}, {"count": 1, "q": 512, "ctx": 3000}], {"proj": FP8_MLA_PROJ}),
+], ids=["decode-beyond-topk", "mixed-block-fp8"])
+def test_a_reuse_layer_reads_the_filled_buffer(vllm_dsa, groups, extra):
+    """vLLM's skip layer (GLM-5.2's shared layers): no Indexer, the attention over the buffer as filled (the
+    build refuses a forward that wrote it)."""
+    prepared, check = prepare_and_check(vllm_dsa, _case(groups, pages="shuffled", indexer="reuse", **extra))
+    assert check.ok, check.to_json()
+    meta = prepared.metadata
+    assert meta["indexer"]["kind"] == "reuse" and meta["indexer"]["skip_topk"] is True
+    assert "index_cache" not in meta and "index_backend" not in meta and "topk_overlap" not in meta
+    assert meta["attention_backend"]["sparse"] is True
+    assert "no indexer (reuse" in check.to_json()["reference"]

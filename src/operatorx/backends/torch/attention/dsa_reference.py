@@ -12,6 +12,7 @@ request of each group, the first and last REF_TOKENS/2 new tokens of each):
   vLLM folds in as well cancels against its fp8 q); score(token, key) = Σ_h w_h · relu(q_h · k)
   (DeepGEMM's fp8_mqa_logits / fp8_paged_mqa_logits), over the request's keys at positions <= the
   token's (causal), the cached keys read back from the indexer cache (`cached_keys`).
+- `indexer: reuse` (a layer that reads an earlier layer's top-k): no indexer; the given selection is attended.
 - selection: each token's topk highest-scoring keys (torch.topk; fewer allowed keys than topk: all of
   them), as token positions within the request, -1 padding (what sparse_attn_indexer writes into
   topk_indices_buffer). `selection` replaces it by given indices (vLLM's, read back from that buffer),
@@ -126,12 +127,14 @@ def _selected_mask(indices: torch.Tensor, keys: int) -> torch.Tensor:
 
 
 def dsa_reference(args: MlaDsaArgs, w: DsaWeights, x: torch.Tensor, layout: Layout, cached: CachedLatent,
-                  cached_keys: CachedIndexKeys, act: Activation = _fp32, selection: Optional[Selection] = None,
+                  cached_keys: Optional[CachedIndexKeys], act: Activation = _fp32,
+                  selection: Optional[Selection] = None,
                   latent_quantized: Optional[Callable[[Request], bool]] = None) -> DsaReferenceRows:
     """The fp32 mla_dsa module over the reference requests' chosen rows (module docstring). `cached`: the
     latent cache read back ([ctx, kv_lora_rank + rope_dim]); `cached_keys`: the indexer cache read back;
     `act`, `latent_quantized`: as mla_reference's; `selection`: the attended positions to use instead of the
-    reference's own top-k."""
+    reference's own top-k; an `indexer: reuse` layer runs no indexer and attends `selection` (needed), which
+    is then its own_indices too."""
     m, mw = mla_args(args), w.mla
     heads, r_rank, nope, rope_dim, dv = args.heads, args.kv_lora_rank, args.nope, args.rope_dim, args.v
     kv_b = mw.kv_b.float().view(heads, nope + dv, r_rank)
@@ -154,11 +157,18 @@ def dsa_reference(args: MlaDsaArgs, w: DsaWeights, x: torch.Tensor, layout: Layo
             latent = act(latent)
         k_rope = torch.cat((old[:, r_rank:], k_rope_new))
         pick = _token_offsets(req.q).to(x.device)
-        x_index = x[req.row0:req.row0 + req.q].float()                        # wk_weights_proj: bf16 input
-        keys_index = torch.cat((cached_keys(req).to(x.device), index_keys(args, w, x_index, pos_new)))
-        scores = index_scores(args, w, x_index[pick], q_latent[pick], pos_new[pick], keys_index, act)
-        own = top_k(scores, args.topk)
-        used = own if selection is None else selection(req, pick).to(x.device, torch.int64)
+        if args.indexer == "reuse":
+            if selection is None:
+                raise ValueError("an `indexer: reuse` layer attends a given selection (an earlier layer's top-k)")
+            own = used = selection(req, pick).to(x.device, torch.int64)
+        else:
+            if cached_keys is None:
+                raise ValueError("an own indexer scores the cached indexer keys: cached_keys is needed")
+            x_index = x[req.row0:req.row0 + req.q].float()                    # wk_weights_proj: bf16 input
+            keys_index = torch.cat((cached_keys(req).to(x.device), index_keys(args, w, x_index, pos_new)))
+            scores = index_scores(args, w, x_index[pick], q_latent[pick], pos_new[pick], keys_index, act)
+            own = top_k(scores, args.topk)
+            used = own if selection is None else selection(req, pick).to(x.device, torch.int64)
         keys = req.ctx + req.q
         invalid += int(((used >= 0) & (used > pos_new[pick][:, None])).sum())
         allowed = _selected_mask(used, keys) & (torch.arange(keys, device=x.device)[None, :]
@@ -174,7 +184,8 @@ def dsa_reference(args: MlaDsaArgs, w: DsaWeights, x: torch.Tensor, layout: Layo
         owns.append(own)
         useds.append(used)
     given = "the given selection" if selection is not None else "its own top-k"
+    indexer = ("no indexer (reuse: an earlier layer's top-k)" if args.indexer == "reuse"
+               else "the indexer (relu(q·k) weighted over index heads, causal)")
     return DsaReferenceRows(torch.cat(rows), torch.cat(outs),
-                            f"fp32 DeepSeek-V3.2 per request: the indexer (relu(q·k) weighted over index heads, "
-                            f"causal), absorbed MLA over {given} (topk {args.topk}), RoPE from fp64 angles",
-                            owns, useds, invalid)
+                            f"fp32 DeepSeek-V3.2 per request: {indexer}, absorbed MLA over {given} "
+                            f"(topk {args.topk}), RoPE from fp64 angles", owns, useds, invalid)

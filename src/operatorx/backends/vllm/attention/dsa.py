@@ -1,5 +1,5 @@
 """The vllm mla_dsa backend: DeepSeek-V3.2's DeepseekV2MLAAttention (its Indexer and sparse MLA) from vLLM
-0.26's own model code, timed over filled latent and indexer caches. Not registered yet.
+0.26's own model code, timed over filled latent and indexer caches.
 
 prepare (untimed, dsa_build.py): the module with its Indexer, the bf16 weights (dsa_weights) loaded, the
 sparse MLA backend vLLM picked and its block size, the latent cache and the indexer's fp8 key cache
@@ -9,7 +9,9 @@ k LayerNorm, RoPE, fp8 quantization, the key cache write, DeepGEMM logits, top-k
 topk_indices_buffer), the latent cache write, the sparse absorbed attention over the picked keys, o_proj.
 check: the reference requests' rows against dsa_reference on the same weights, inputs and caches as vLLM
 holds them, attending vLLM's own selection (read back from topk_indices_buffer); the reference's own
-top-k is compared with it apart (the overlap is in the check's description). Importing this module does
+top-k is compared with it apart (the overlap is in the check's description). `indexer: reuse` (vLLM's skip
+layer) has no Indexer: the buffer is filled once with an earlier layer's picks (dsa_reuse), the timed call
+reads it, and the reference attends the same picks. Importing this module does
 not import vLLM.
 """
 
@@ -49,10 +51,11 @@ class VllmMlaDsa(VllmAttentionBackend):
         from operatorx.backends.torch.attention.dsa_reference import dsa_reference
         from operatorx.backends.vllm.attention.proj import activation
 
-        ref = dsa_reference(args, built.weights, built.x, built.layout, built.cached, built.cached_keys,
-                            activation(built.plan, flavor), selection=built.selection,
-                            latent_quantized=built.latent_quantized)
-        return with_topk_overlap(ref, built.metadata)
+        reuse = args.indexer == "reuse"
+        ref = dsa_reference(args, built.weights, built.x, built.layout, built.cached,
+                            None if reuse else built.cached_keys, activation(built.plan, flavor),
+                            selection=built.selection, latent_quantized=built.latent_quantized)
+        return ref if reuse else with_topk_overlap(ref, built.metadata)
 
     def bound(self, args: MlaDsaArgs) -> float:
         from operatorx.backends.check import fp8_projection_bound

@@ -16,13 +16,16 @@ from attention/dsa.py).
   CUDA graph where build.graph_rule says vLLM runs a FULL decode graph, else eager;
 - the check reads vLLM's selection back from topk_indices_buffer (request-relative positions, -1 none) in
   batch order, so the reference attends the same keys, and reports how much its own top-k overlaps.
+- `indexer: reuse` (vLLM's skip layer): no indexer layer, cache or builder; topk_indices_buffer is filled once
+  with dsa_reuse.reused_topk's picks, as an earlier layer's indexer leaves them, and the timed call (MLA
+  projections, latent cache write, sparse attention, o_proj) reads it; the reference attends those picks.
 """
 
 from __future__ import annotations
 
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 import torch
 
@@ -43,6 +46,7 @@ from operatorx.backends.vllm.attention.built import BuiltPaged
 from operatorx.backends.vllm.attention.dsa_layout import index_cache_width, pack_index_block, read_index_keys
 from operatorx.backends.vllm.attention.dsa_meta import dsa_metadata
 from operatorx.backends.vllm.attention.dsa_module import dsa_case_config, load_dsa_weights, make_dsa_module
+from operatorx.backends.vllm.attention.dsa_reuse import reused_topk
 from operatorx.backends.vllm.attention.dsa_support import dsa_projection_plan
 from operatorx.backends.vllm.attention.mla_build import device_bytes as mla_device_bytes
 from operatorx.backends.vllm.attention.mla_module import set_block_size
@@ -54,27 +58,30 @@ from operatorx.backends.vllm.env import VllmEnv
 from operatorx.spec import Case
 from operatorx.spec.attention import MlaDsaArgs
 
-__all__ = ["BuiltDsa", "build_dsa", "dsa_device_bytes"]
+__all__ = ["BuiltDsa", "IndexPart", "build_dsa", "dsa_device_bytes"]
 
 DSA_LAYERS = ("fused_qkv_a_proj", "q_b_proj", "kv_b_proj", "o_proj")
 
 
 @dataclass(kw_only=True)
 class BuiltDsa(BuiltPaged):
-    index_name: str
-    """The Indexer's key-cache layer."""
+    index_name: Optional[str]
+    """The Indexer's key-cache layer; None for a reuse layer (no indexer)."""
     weights: DsaWeights
-    index_cache: torch.Tensor
+    index_cache: Optional[torch.Tensor]
     topk_indices: torch.Tensor
-    """The model's int32 [max_num_batched_tokens, topk] buffer the Indexer writes, in batch order."""
+    """The model's int32 [max_num_batched_tokens, topk] buffer the Indexer writes (a reuse layer: filled
+    once), in batch order."""
     index_metadata: Any
     index_dim: int
 
     def layer_metadata(self) -> dict[str, Any]:
-        return {self.layer_name: self.attn_metadata, self.index_name: self.index_metadata}
+        own = {} if self.index_name is None else {self.index_name: self.index_metadata}
+        return {self.layer_name: self.attn_metadata, **own}
 
     def slot_mappings(self) -> dict[str, torch.Tensor]:
-        return {self.layer_name: self.slot_mapping, self.index_name: self.slot_mapping}
+        own = {} if self.index_name is None else {self.index_name: self.slot_mapping}
+        return {self.layer_name: self.slot_mapping, **own}
 
     def forward(self) -> torch.Tensor:
         out: torch.Tensor = self.module(self.positions, self.x_batch, None)
@@ -100,6 +107,8 @@ class BuiltDsa(BuiltPaged):
         return use_mha and position >= int(decodes)
 
     def cached_keys(self, r: Request) -> torch.Tensor:
+        if self.index_cache is None:
+            raise RuntimeError("a reuse layer has no indexer cache")
         return read_index_keys(self.index_cache, r, self.index_dim)
 
     def selection(self, r: Request, pick: torch.Tensor) -> torch.Tensor:
@@ -111,10 +120,12 @@ class BuiltDsa(BuiltPaged):
 
 
 def dsa_device_bytes(args: MlaDsaArgs, layout: Layout, positions: int) -> int:
-    """The MLA module's (mla_build.device_bytes) plus the indexer: its weights, fp8 key cache, the topk buffer,
-    its prefill gather workspace (get_max_prefill_buffer_size: 40 · max_model_len keys) and one fp32 logits
-    row per new token over the longest sequence."""
+    """The MLA module's (mla_build.device_bytes) plus the topk buffer and an own indexer: its weights, fp8 key
+    cache, its prefill gather workspace (get_max_prefill_buffer_size: 40 · max_model_len keys) and one fp32
+    logits row per new token over the longest sequence."""
     ih, idim, t = args.index_heads, args.index_dim, layout.tokens
+    if args.indexer == "reuse":
+        return mla_device_bytes(mla_args(args), layout) + t * args.topk * 4
     weights = (ih * idim * args.q_lora_rank + (idim + ih) * args.hidden) * 2
     cache = (layout.pool_pages + 1) * layout.page_tokens * index_cache_width(idim)
     longest = max(r.ctx + r.q for r in layout.requests)
@@ -137,13 +148,35 @@ def _index_cache(backend: Any, spec: Any, num_blocks: int, index_dim: int, gen: 
     return cache
 
 
+@dataclass(frozen=True)
+class IndexPart:
+    """An own indexer's key-cache layer as built: its name, backend, spec, metadata builder and filled cache."""
+
+    name: str
+    backend: Any
+    spec: Any
+    builder: Any
+    cache: torch.Tensor
+
+
+def _index_part(layer: Any, name: str, config: Any, layout: Layout, index: Any, args: MlaDsaArgs,
+                gen: torch.Generator) -> IndexPart:
+    """The indexer cache layer's backend, builder and filled fp8 key cache (module docstring)."""
+    backend, spec = layer.get_attn_backend(), layer.get_kv_cache_spec(config)
+    if spec.block_size != layout.page_tokens:
+        raise Unsupported(f"block size: indexer {spec.block_size}; the layout pages by {layout.page_tokens}")
+    with vllm_refusals(f"the {backend.get_name()} metadata builder", construction=True):
+        builder = backend.get_builder_cls()(spec, [name], config, torch.device("cuda"))
+    return IndexPart(name, backend, spec, builder, _index_cache(backend, spec, index.num_blocks, args.index_dim, gen))
+
+
 def build_dsa(case: Case, args: MlaDsaArgs, stack: ExitStack) -> BuiltDsa:
     from vllm.config import set_current_vllm_config
     from vllm.forward_context import set_forward_context
     from vllm.utils.deep_gemm import has_deep_gemm
     from vllm.v1.worker.utils import bind_kv_cache
 
-    if not has_deep_gemm():
+    if args.indexer == "own" and not has_deep_gemm():
         raise Unsupported("DeepGEMM is not installed: vLLM's indexer scores keys with its fp8_mqa_logits kernels")
     default_layout = plan_layout(args.batch)
     positions_max = max_position(default_layout)
@@ -155,9 +188,11 @@ def build_dsa(case: Case, args: MlaDsaArgs, stack: ExitStack) -> BuiltDsa:
                                                           default_layout.tokens)
     stack.enter_context(set_current_vllm_config(config))
     prefix = env.unique_prefix("self_attn")
-    layer_name, index_name = f"{prefix}.attn", f"{prefix}.indexer.k_cache"
+    reuse = args.indexer == "reuse"
+    layer_name, index_name = f"{prefix}.attn", None if reuse else f"{prefix}.indexer.k_cache"
     stack.callback(env.forget_layer, layer_name)
-    stack.callback(env.forget_layer, index_name)
+    if index_name is not None:
+        stack.callback(env.forget_layer, index_name)
     plan = dsa_projection_plan(args)
     assert not isinstance(plan, str), plan                   # refused in supports()
     max_tokens = int(config.scheduler_config.max_num_batched_tokens)
@@ -170,11 +205,12 @@ def build_dsa(case: Case, args: MlaDsaArgs, stack: ExitStack) -> BuiltDsa:
     with vllm_refusals(f"to build {DEEPSEEK_MLA.cls} (DeepSeek-V3.2)", construction=True), torch.device("cuda"):
         module = make_dsa_module(config, args, cache_config, prefix, positions_max, longest, topk_indices,
                                  quant_config)
-    attn, index_layer = module.mla_attn.mla_attn, module.indexer.k_cache
-    if attn.layer_name != layer_name or index_layer.prefix != index_name:
-        raise RuntimeError(f"{DEEPSEEK_MLA.cls}: its layers are {attn.layer_name!r} and {index_layer.prefix!r}, "
-                           f"expected {layer_name!r} and {index_name!r}")
-    backend, index_backend = attn.attn_backend, index_layer.get_attn_backend()
+    attn = module.mla_attn.mla_attn
+    index_layer = None if reuse else module.indexer.k_cache
+    if attn.layer_name != layer_name or (index_layer is not None and index_layer.prefix != index_name):
+        raise RuntimeError(f"{DEEPSEEK_MLA.cls}: its layers are {attn.layer_name!r} and "
+                           f"{getattr(index_layer, 'prefix', None)!r}, expected {layer_name!r} and {index_name!r}")
+    backend = attn.attn_backend
     if not backend.is_sparse():
         raise Unsupported(f"{backend.get_name()}: vLLM selected a dense MLA backend for a sparse module")
     block_size = set_block_size(config, backend)
@@ -183,15 +219,15 @@ def build_dsa(case: Case, args: MlaDsaArgs, stack: ExitStack) -> BuiltDsa:
     with vllm_refusals("to load the projections", construction=True):
         weights = load_dsa_weights(module, dsa_weights(args, gen, "cuda"), model_config, plan)
     layers = projection_kernels(module, DSA_LAYERS, plan)
-    layers["layers"]["indexer.wq_b"] = projection_kernels(module.indexer, ("wq_b",), plan)["layers"]["wq_b"]
+    if not reuse:
+        layers["layers"]["indexer.wq_b"] = projection_kernels(module.indexer, ("wq_b",), plan)["layers"]["wq_b"]
 
-    spec, index_spec = attn.get_kv_cache_spec(config), index_layer.get_kv_cache_spec(config)
-    if spec.block_size != layout.page_tokens or index_spec.block_size != layout.page_tokens:
-        raise Unsupported(f"block sizes: MLA {spec.block_size}, indexer {index_spec.block_size}; the layout pages by "
-                          f"{layout.page_tokens}")
-    with vllm_refusals(f"the {backend.get_name()} / {index_backend.get_name()} metadata builders", construction=True):
+    spec = attn.get_kv_cache_spec(config)
+    if spec.block_size != layout.page_tokens:
+        raise Unsupported(f"block size: MLA {spec.block_size}; the layout pages by {layout.page_tokens}")
+    names = backend.get_name()
+    with vllm_refusals(f"the {names} metadata builder", construction=True):
         builder = backend.get_builder_cls()(spec, [layer_name], config, torch.device("cuda"))
-        index_builder = index_backend.get_builder_cls()(index_spec, [index_name], config, torch.device("cuda"))
     index = batch_index(layout, getattr(builder, "reorder_batch_threshold", None))
     shape = tuple(backend.get_kv_cache_shape(index.num_blocks, spec.block_size, spec.num_kv_heads, spec.head_size,
                                              cache_dtype_str=cache_dtype_str(spec, cache_config)))
@@ -199,26 +235,39 @@ def build_dsa(case: Case, args: MlaDsaArgs, stack: ExitStack) -> BuiltDsa:
         raise Unsupported(f"{backend.get_name()}: latent cache shape {shape} is not (blocks, block_size, "
                           f"kv_lora_rank + rope_dim), the layout read back")
     kv_cache = allocate_cache(backend, shape, spec.dtype, gen)
-    index_cache = _index_cache(index_backend, index_spec, index.num_blocks, args.index_dim, gen)
-    bind_kv_cache({layer_name: kv_cache, index_name: index_cache},
-                  config.compilation_config.static_forward_context, [])
-    with vllm_refusals(f"the {backend.get_name()} / {index_backend.get_name()} metadata builders", construction=True):
+    caches = {layer_name: kv_cache}
+    index_part = None
+    if index_layer is not None and index_name is not None:
+        index_part = _index_part(index_layer, index_name, config, layout, index, args, gen)
+    if index_part is not None:
+        names = f"{names} / {index_part.backend.get_name()}"
+        caches[index_part.name] = index_part.cache
+    else:
+        topk_indices[:index.num_tokens].copy_(reused_topk(index.positions.to("cuda"), args.topk, gen))
+    filled = topk_indices.clone() if index_part is None else None
+    bind_kv_cache(caches, config.compilation_config.static_forward_context, [])
+    with vllm_refusals(f"the {names} metadata builders", construction=True):
         common = common_metadata(index)
         attn_metadata = builder.build(common_prefix_len=0, common_attn_metadata=common)
-        index_metadata = index_builder.build(common_prefix_len=0, common_attn_metadata=common)
+        index_metadata = None if index_part is None else index_part.builder.build(common_prefix_len=0,
+                                                                                  common_attn_metadata=common)
 
     x = torch.randn(layout.tokens, args.hidden, generator=gen, device="cuda", dtype=torch.bfloat16)
     built = BuiltDsa(module=module, attn=attn, layer_name=layer_name, index_name=index_name, config=config,
                      layout=layout, index=index, weights=weights, x=x, x_batch=x[index.rows.to("cuda")],
-                     positions=index.positions.to("cuda"), kv_cache=kv_cache, index_cache=index_cache,
+                     positions=index.positions.to("cuda"), kv_cache=kv_cache,
+                     index_cache=None if index_part is None else index_part.cache,
                      topk_indices=topk_indices, attn_metadata=attn_metadata, index_metadata=index_metadata,
                      slot_mapping=index.slot_mapping.to("cuda"), forward_context=set_forward_context, plan=plan,
                      index_dim=args.index_dim)
-    with vllm_refusals(f"the forward ({backend.get_name()}, {index_backend.get_name()})", construction=False):
+    with vllm_refusals(f"the forward ({names})", construction=False):
         built.eager()
         torch.cuda.synchronize()
     take, size, mode = graph_rule(config, index, env)
     graph_error = capture_or_error(built) if take else None
-    built.metadata = dsa_metadata(args, built, builder, index_builder, spec, index_spec, size, mode, graph_error)
+    if filled is not None and not torch.equal(filled, topk_indices):
+        raise RuntimeError(f"{DEEPSEEK_MLA.cls} as a skip layer wrote topk_indices_buffer: the picks it attends are "
+                           "not the ones filled")
+    built.metadata = dsa_metadata(args, built, builder, index_part, spec, size, mode, graph_error)
     built.metadata["projections"] = layers
     return built

@@ -7,10 +7,11 @@ one rank, with its own Indexer:
   `wk_weights_proj` (quant_config=None). A block-FP8 wk (as DeepSeek-V3.2's checkpoint stores it) is
   dequantized by vLLM's loader into that bf16 layer, so it runs as vLLM runs it and the row says so
   (WK_UPCAST); any other quantized wk, or a quantized weights_proj, has no load path in vLLM: refused;
-- `indexer: reuse` is vLLM's IndexCache skip layer (index_topk_freq / index_topk_pattern: skip_topk reads
-  the top-k an earlier layer left in topk_indices_buffer); not built here yet;
-- `index_dim` 128: the indexer's fp8 key cache keeps one fp32 scale per 128 dims (quant_block_size 128)
-  and the read-back here (dsa_layout) lays out one per token;
+- `indexer: reuse` is vLLM's IndexCache skip layer (index_topk_pattern "S": no Indexer is built, and the
+  sparse attention reads the top-k an earlier layer left in topk_indices_buffer): the MLA projections' plan
+  alone, no indexer field is checked;
+- `index_dim` 128 (own indexer): the indexer's fp8 key cache keeps one fp32 scale per 128 dims
+  (quant_block_size 128) and the read-back here (dsa_layout) lays out one per token;
 - `kv_cache_dtype`: auto / bf16 (a bf16 latent cache [blocks, 64, kv_lora_rank + rope_dim]: on sm90
   FLASH_ATTN_MLA_SPARSE takes it); fp8 / fp8_ds_mla (FLASHMLA_SPARSE's 656-byte token layout) is refused
   until its fill and read-back are built;
@@ -55,6 +56,8 @@ def wk_upcast(args: MlaDsaArgs) -> bool:
 
 def dsa_projection_plan(args: MlaDsaArgs) -> Union[Plan, str]:
     """The plan the MLA projections and indexer.wq_b share, or why there is none (module docstring)."""
+    if args.indexer == "reuse":
+        return projection_plan(mla_args(args))
     for name in UNQUANTIZED_INDEXER:
         scheme = _scheme(args, name)
         if scheme != "bf16" and not (name == "indexer.wk" and scheme == "fp8_block"):
@@ -76,17 +79,14 @@ def dsa_refusal(args: OpArgs) -> Optional[str]:
     if why is not None:
         return why
     assert isinstance(args, MlaDsaArgs)
-    if args.indexer == "reuse":
-        return ("indexer=reuse: vLLM 0.26's IndexCache skip layer (index_topk_freq / index_topk_pattern, "
-                "skip_topk) reads an earlier layer's topk_indices_buffer; building it with a filled buffer is not "
-                "done yet")
     plan = dsa_projection_plan(args)
     if isinstance(plan, str):
         return plan
-    if args.index_dim != INDEX_QUANT_BLOCK:
+    own = args.indexer == "own"
+    if own and args.index_dim != INDEX_QUANT_BLOCK:
         return (f"index_dim={args.index_dim}: the indexer's fp8 key cache is read back here for "
                 f"{INDEX_QUANT_BLOCK} dims (one fp32 scale per token, vLLM's quant_block_size); others not built")
-    if args.rope_dim > args.index_dim:
+    if own and args.rope_dim > args.index_dim:
         return f"rope_dim={args.rope_dim}: vLLM's indexer rotates the first rope_dim of index_dim={args.index_dim}"
     if args.kv_cache_dtype in ("fp8", "fp8_ds_mla"):
         return (f"kv_cache_dtype={args.kv_cache_dtype}: FLASHMLA_SPARSE's fp8_ds_mla latent cache (656 bytes a "
