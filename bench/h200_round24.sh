@@ -10,7 +10,7 @@
 #   rest    the mla gpu tests, V3.2's block-FP8 mla_dsa cases alone, upstream attn_parallel and smoke_parallel
 #   resume  `resume SECONDS`: finish the run `lists` left (its database is kept on the machine)
 #   mla     the vllm mla gpu tests (the fp8 latent cache among them)
-#   go      `go SECONDS`: the mla gpu tests, upstream attn_parallel and smoke_parallel, then attn_small within
+#   go      `go SECONDS`: the mla and mla_dsa gpu tests, upstream attn_parallel and smoke_parallel, then attn_small within
 #           SECONDS (default 300; `resume` finishes it): session 25's one call after the carries
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -88,8 +88,8 @@ case "${1:-carry}" in
     . bench/device_kit.sh
     tail -1 "$OUT/install.txt"
     nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit,temperature.gpu --format=csv
-    timeout 150 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short tests/backends/vllm/test_attention_mla.py \
-      > "$OUT/tests_mla.txt" 2>&1
+    timeout 240 python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short tests/backends/vllm/test_attention_mla.py \
+      tests/backends/vllm/test_attention_dsa.py > "$OUT/tests_mla.txt" 2>&1
     summary "$OUT/tests_mla.txt" | cut -c1-300
     for list in tests/spec/upstream/attn_parallel.json tests/spec/upstream/smoke_parallel.json; do
       run_list 80 "$list" "$(basename "$list" .json)"
