@@ -10,8 +10,8 @@
 #   rest    the mla gpu tests, V3.2's block-FP8 mla_dsa cases alone, upstream attn_parallel and smoke_parallel
 #   resume  `resume SECONDS`: finish the run `lists` left (its database is kept on the machine)
 #   mla     the vllm mla gpu tests (the fp8 latent cache among them)
-#   go      `go SECONDS`: the mla and mla_dsa gpu tests, upstream attn_parallel and smoke_parallel, then attn_small within
-#           SECONDS (default 300; `resume` finishes it): session 25's one call after the carries
+#   go      `go SECONDS`: the mla and mla_dsa gpu tests, upstream attn_parallel and smoke_parallel, then attn_small, all
+#           within SECONDS (default 570; `resume` finishes attn_small): session 25's one call after the carries
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 # The dsv4_attn probe and gpu tests (stop at the first failure), within `$1` seconds.
@@ -94,7 +94,8 @@ case "${1:-carry}" in
     for list in tests/spec/upstream/attn_parallel.json tests/spec/upstream/smoke_parallel.json; do
       run_list 80 "$list" "$(basename "$list" .json)"
     done
-    run_list "${2:-300}" attn_small attn_small
+    # attn_small gets what is left of the call's `$2` seconds (default 570), 20 s kept for the copy
+    run_list $(( ${2:-570} - SECONDS - 20 )) attn_small attn_small
     cp -r /tmp/opx "$OUT/" ;;
   resume)
     # `resume [SECONDS]`: finish the last run `lists` started on this machine
