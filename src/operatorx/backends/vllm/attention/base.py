@@ -130,8 +130,15 @@ class VllmAttentionBackend:
         if why is not None:
             raise Unsupported(why)
         from operatorx.backends.vllm.common import VllmBackendBase
+        from operatorx.backends.vllm.env import VllmEnv
 
-        built, stack = VllmBackendBase.build_in_stack(lambda stack: self.build(case, args, stack))
+        def build(stack: ExitStack) -> BuiltAttention:
+            # first in, so last out: the workspace vLLM's attention kernels grew (FlashMLA's V4 prefill
+            # gather, the sparse indexer's) goes back after the module, on release or a failed build
+            stack.callback(VllmEnv.get().drop_workspace)
+            return self.build(case, args, stack)
+
+        built, stack = VllmBackendBase.build_in_stack(build)
         state: dict[str, Any] = {"built": built}
 
         def fn() -> Any:
