@@ -96,6 +96,52 @@ def test_batch_index_puts_decodes_first_for_a_splitting_builder():
     assert sorted(ix.rows.tolist()) == list(range(layout.tokens))
 
 
+class _Recorded:
+    """A stand-in for the built module and for VllmEnv: what happened, in order."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+        self.graph = None
+        self.metadata: dict[str, Any] = {}
+
+    def drop_workspace(self) -> None:
+        self.events.append("workspace dropped")
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["released", "failed-build"])
+def test_the_workspace_goes_back_after_the_module(monkeypatch, fails):
+    """vLLM's attention kernels grow one process-wide workspace (FlashMLA's V4 prefill gather, the sparse
+    indexer): a case gives it back after its own teardown, on release or when its build fails."""
+    from operatorx.backends.vllm.attention.base import VllmAttentionBackend
+    from operatorx.backends.vllm.env import VllmEnv
+
+    rec = _Recorded()
+    monkeypatch.setattr(VllmEnv, "get", classmethod(lambda cls: rec))
+
+    class Fake(VllmAttentionBackend):
+        op_type = "gqa"
+
+        def supports(self, case: Case, device: str) -> None:
+            return None
+
+        def build(self, case: Case, args: Any, stack: Any) -> Any:
+            stack.callback(rec.events.append, "module released")
+            if fails:
+                raise RuntimeError("build failed")
+            return rec
+
+    case = _case(DECODE)
+    if fails:
+        with pytest.raises(RuntimeError, match="build failed"):
+            Fake().prepare(case, "cuda")
+    else:
+        prepared = Fake().prepare(case, "cuda")
+        assert rec.events == []
+        assert prepared.release is not None
+        prepared.release()
+    assert rec.events == ["module released", "workspace dropped"]
+
+
 # --- GPU: vLLM's own module ----------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -159,3 +205,4 @@ def test_block_fp8_projections(vllm_gqa, groups):
     assert proj["scheme"] == "fp8_block" and proj["quant_config"] == "Fp8Config"
     for name in ("qkv_proj", "o_proj"):
         assert proj["layers"][name]["quant_method"] == "Fp8LinearMethod", proj
+
