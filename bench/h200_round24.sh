@@ -10,6 +10,7 @@
 #   rest    the mla gpu tests, V3.2's block-FP8 mla_dsa cases alone, upstream attn_parallel and smoke_parallel
 #   resume  `resume SECONDS`: finish the run `lists` left (its database is kept on the machine)
 #   mla     the vllm mla gpu tests (the fp8 latent cache among them)
+#   dsv4rows `dsv4rows SECONDS`: attn_small's dsv4_attn cases, then the dsv4 gpu tests in what is left
 #   go      `go SECONDS`: the mla and mla_dsa gpu tests, upstream attn_parallel and smoke_parallel, then attn_small, all
 #           within SECONDS (default 570; `resume` finishes attn_small): session 25's one call after the carries
 set -uo pipefail
@@ -97,6 +98,19 @@ case "${1:-carry}" in
     # attn_small gets what is left of the call's `$2` seconds (default 570), 20 s kept for the copy
     run_list $(( ${2:-570} - SECONDS - 20 )) attn_small attn_small
     cp -r /tmp/opx "$OUT/" ;;
+  dsv4rows)
+    # `dsv4rows SECONDS`: attn_small's dsv4_attn cases through vllm (the workspace given back at release),
+    # then, in what is left of SECONDS, the dsv4 gpu tests
+    . bench/device_kit.sh
+    tail -1 "$OUT/install.txt"
+    run_list $(( ${2:-400} - SECONDS - 10 )) attn_small dsv4 --filter dsv4_attn
+    cp -r /tmp/opx "$OUT/"
+    left=$(( ${2:-400} - SECONDS - 5 ))
+    if [ "$left" -gt 60 ]; then
+      timeout "$left" python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short -x \
+        tests/backends/vllm/test_attention_dsv4_gpu.py > "$OUT/tests_dsv4.txt" 2>&1
+      summary "$OUT/tests_dsv4.txt" | cut -c1-300
+    fi ;;
   resume)
     # `resume [SECONDS]`: finish the last run `lists` started on this machine
     . bench/device_kit.sh
