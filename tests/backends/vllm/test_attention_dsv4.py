@@ -294,3 +294,21 @@ def test_filled_caches_read_back_as_the_reference_expects():
     assert cached.state(layout.requests[1]).shape == (0, 2048)               # ctx 0
     kv, score = split_state(cached.state(r300))
     assert kv.shape == score.shape == (7, 1024)
+
+
+@pytest.mark.parametrize(("captured", "size", "error", "mode", "words"), [
+    (True, 16, None, "full", "CUDA-graph replay of the whole forward; serving: one FULL graph"),
+    (True, 24, None, "full", "pad T=20 to 24"),
+    (False, None, None, "eager", "serving: the breakable cudagraph in PIECEWISE mode"),
+    (False, 16, "RuntimeError: capture", "eager", "the capture failed; serving: one FULL graph"),
+])
+def test_the_row_says_how_it_was_timed_and_how_serving_runs_it(captured, size, error, mode, words):
+    """A uniform decode is one FULL graph in serving (the breakable cudagraph does not break in FULL mode), so it
+    is timed as a replay; any other batch runs PIECEWISE there, and is timed eagerly here."""
+    from operatorx.backends.vllm.attention.dsv4_meta import UPSTREAM_GRAPH, graph_record
+
+    rec = graph_record(captured, size, 16 if size != 24 else 20, error)
+    assert rec["graph_mode"] == mode and words in rec["graph_note"], rec
+    assert rec["graph_note"].endswith(UPSTREAM_GRAPH)
+    assert rec.get("graph_error") == error
+    assert ("pad" in rec["graph_note"]) is (size == 24)

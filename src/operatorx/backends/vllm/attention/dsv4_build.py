@@ -1,6 +1,6 @@
 """Build a dsv4_attn case through vLLM: DeepseekV4FlashMLAAttention, its 1 / 3 / 5 caches as the runner lays them
-out, one metadata builder per cache under one forward context, the timed (eager) call (imports vLLM; called
-from attention/dsv4.py).
+out, one metadata builder per cache under one forward context, the timed call (imports vLLM; called from
+attention/dsv4.py).
 
 - caches (docs/dsv4-attention.md §3): each its own kv-cache group with its own block size, block table and
   slot mapping. Which blocks each request holds is dsv4_layout.plan_caches' (the window and state caches hold
@@ -15,9 +15,10 @@ from attention/dsv4.py).
   reorder_batch_threshold and every other builder's split), each with that cache's block table and slot
   mapping; each builder on its layer's own get_kv_cache_spec;
 - the timed call: module.forward(positions, x, None) in one forward context holding every cache's metadata by
-  layer name, eager. Serving runs DeepSeek-V4 under vLLM's breakable cudagraph (auto-enabled for
-  DeepseekV4ForCausalLM, config/vllm.py:1180-1199): the GEMM prologue and o_proj replay as graphs and
-  attention_impl (@eager_break_during_capture) runs eagerly between them; the row records that;
+  layer name; a CUDA graph of the whole forward where build.graph_rule says vLLM replays a FULL decode graph
+  (a uniform decode batch within the capture sizes: serving's breakable cudagraph captures it in FULL mode,
+  where @eager_break_during_capture does not break), else eager (serving: PIECEWISE, attention_impl eager
+  between graph segments); dsv4_meta.graph_record says which on the row;
 - the check reads the caches back after the fill (dsv4_layout.read_cached) for the reference, and at ratio 4
   vLLM's own selection from topk_indices_buffer (request-relative compressed entries, -1 none) in batch order.
 """
@@ -35,7 +36,13 @@ from operatorx.backends.torch.attention.dsv4 import Dsv4Weights, compressor_coff
 from operatorx.backends.torch.attention.layout import Layout, Request, plan_layout
 from operatorx.backends.torch.memory import require_memory
 from operatorx.backends.vllm.attention.batch import RESERVED_BLOCKS, BatchIndex, batch_index
-from operatorx.backends.vllm.attention.build import FILL_CHUNK_BYTES, cache_dtype_str, common_metadata
+from operatorx.backends.vllm.attention.build import (
+    FILL_CHUNK_BYTES,
+    cache_dtype_str,
+    capture_or_error,
+    common_metadata,
+    graph_rule,
+)
 from operatorx.backends.vllm.attention.built import BuiltPaged
 from operatorx.backends.vllm.attention.dsv4_layout import dsv4_cache_specs, plan_caches, read_cached, write_rows
 from operatorx.backends.vllm.attention.dsv4_module import (
@@ -332,8 +339,10 @@ def build_dsv4(case: Case, args: Dsv4AttnArgs, stack: ExitStack) -> BuiltDsv4:
     with vllm_refusals(f"the forward ({module.backend_cls.get_name()})", construction=False):
         built.eager()
         torch.cuda.synchronize()
+    take, size, mode = graph_rule(config, swa.index, env)
+    graph_error = capture_or_error(built) if take else None
     from operatorx.backends.vllm.attention.dsv4_meta import dsv4_metadata
 
-    built.metadata = dsv4_metadata(args, built)
+    built.metadata = dsv4_metadata(args, built, size, mode, graph_error)
     built.metadata["projections"] = layers
     return built

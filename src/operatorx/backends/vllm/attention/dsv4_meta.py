@@ -4,7 +4,7 @@ Why apart from dsv4_build: the build stays one job, this the record of it."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 from operatorx.backends.torch.attention.dsv4 import compressor_coff
 from operatorx.backends.torch.attention.dsv4_reference import dsv4_theta
@@ -13,17 +13,41 @@ from operatorx.backends.vllm.attention.run_facts import run_facts
 from operatorx.backends.vllm.common import class_name
 from operatorx.spec.attention import Dsv4AttnArgs
 
-__all__ = ["dsv4_metadata", "boundary_facts", "SERVING_GRAPH", "UPSTREAM_GRAPH"]
+__all__ = ["dsv4_metadata", "boundary_facts", "graph_record", "SERVING_FULL", "SERVING_PIECEWISE", "UPSTREAM_GRAPH"]
 
-#: How serving runs the module (config/vllm.py:1180-1199, attention.py:432).
-SERVING_GRAPH = ("breakable cudagraph: vLLM auto-enables VLLM_USE_BREAKABLE_CUDAGRAPH for DeepseekV4ForCausalLM; "
-                 "the GEMM prologue (fused_wqa_wkv, compressor / indexer GEMMs, q/kv RMSNorm) and o_proj replay as "
-                 "graph segments, attention_impl (@eager_break_during_capture: wq_b + fused insert, compressors, "
-                 "indexer, FlashMLA) runs eagerly between them")
+#: How serving runs a uniform decode batch within the capture sizes: vLLM auto-enables
+#: VLLM_USE_BREAKABLE_CUDAGRAPH for DeepseekV4ForCausalLM, and its BreakableCUDAGraphWrapper captures the forward
+#: under the dispatcher's runtime mode, FULL for such a batch (every V4 builder supports UNIFORM_BATCH); in FULL
+#: mode @eager_break_during_capture runs attention_impl inside the capture.
+SERVING_FULL = ("serving: one FULL graph of the whole forward (the breakable cudagraph captures a uniform decode "
+                "batch in FULL mode, where @eager_break_during_capture does not break)")
+#: How serving runs any other batch: the breakable cudagraph in PIECEWISE mode.
+SERVING_PIECEWISE = ("serving: the breakable cudagraph in PIECEWISE mode: the GEMM prologue (fused_wqa_wkv, "
+                     "compressor / indexer GEMMs, q/kv RMSNorm) and o_proj replay as graph segments, attention_impl "
+                     "(wq_b + fused insert, compressors, indexer, FlashMLA) runs eagerly between them")
 #: How InferenceX's upstream runner times it (operatorx/runners/common/vllm/attention.py _launcher).
 UPSTREAM_GRAPH = ("upstream InferenceX captures one plain torch.cuda.CUDAGraph of the whole forward for a uniform "
-                  "decode batch within the capture sizes (no BreakableCUDAGraphCapture active, so attention_impl "
-                  "is captured too), else eager")
+                  "decode batch within the capture sizes, else eager")
+
+
+def graph_record(captured: bool, size: Optional[int], num_tokens: int, graph_error: Optional[str]) -> dict[str, Any]:
+    """The row's graph_mode / graph_note (and graph_error): a replay of the whole forward where serving runs a
+    FULL graph (`size` not None: a uniform decode within the capture sizes), else eager beside serving's
+    PIECEWISE segments. Pure, so a CPU test pins each case."""
+    rec: dict[str, Any] = {}
+    if graph_error is not None:
+        rec["graph_error"] = graph_error
+    if captured:
+        pad = "" if size in (None, num_tokens) else f"; vLLM would pad T={num_tokens} to {size}, timed at T"
+        note = f"timed as a CUDA-graph replay of the whole forward; {SERVING_FULL}{pad}"
+        rec["graph_mode"] = "full"
+    elif graph_error is not None:
+        note, rec["graph_mode"] = f"timed eagerly: the capture failed; {SERVING_FULL}", "eager"
+    else:
+        note = f"timed eagerly (the graph segments' launches included); {SERVING_PIECEWISE}"
+        rec["graph_mode"] = "eager"
+    rec["graph_note"] = f"{note}; {UPSTREAM_GRAPH}"
+    return rec
 
 
 def _cache(g: Any) -> dict[str, Any]:
@@ -60,7 +84,9 @@ def _split(md: Any) -> dict[str, Any]:
     return {k: getattr(md, k, None) for k in ("num_decodes", "num_prefills", "num_decode_tokens", "num_prefill_tokens")}
 
 
-def dsv4_metadata(args: Dsv4AttnArgs, b: Any) -> dict[str, Any]:
+def dsv4_metadata(args: Dsv4AttnArgs, b: Any, size: Optional[int], mode: str,
+                  graph_error: Optional[str]) -> dict[str, Any]:
+    """The row's record; `size`, `mode`: build.graph_rule's; `graph_error`: a failed capture's."""
     from vllm import envs
 
     from operatorx.backends.vllm.env import vllm_version
@@ -70,7 +96,6 @@ def dsv4_metadata(args: Dsv4AttnArgs, b: Any) -> dict[str, Any]:
     rotary = module.rotary_emb
     groups = b.caches
     swa_md = groups["swa"].metadata
-    mode = getattr(b.config.compilation_config, "cudagraph_mode", None)
     meta: dict[str, Any] = {
         "framework": f"vllm {vllm_version()}",
         "module": DSV4_ATTENTION.path,
@@ -106,9 +131,8 @@ def dsv4_metadata(args: Dsv4AttnArgs, b: Any) -> dict[str, Any]:
         "boundaries": boundary_facts(args, b.layout),
         "max_model_len": int(b.config.model_config.max_model_len),
         "max_num_batched_tokens": int(b.config.scheduler_config.max_num_batched_tokens),
-        **run_facts(b.config, None, None, "unset" if mode is None else str(mode)),
-        "graph_mode": "eager",
-        "graph_note": f"timed eagerly; serving: {SERVING_GRAPH}; {UPSTREAM_GRAPH}",
+        **run_facts(b.config, b.graph, size, mode),
+        **graph_record(b.graph is not None, size, b.index.num_tokens, graph_error),
         "synthetic_weights": ("dsv4_weights: projections N(0, 1/in), the block-FP8 ones exact in e4m3 x ue8m0 blocks; "
                               "norms near 1; attn_sink N(0, 1) and ape N(0, 1/4) fp32"),
         "ctx": b.layout.ctx_summary(),
