@@ -11,6 +11,7 @@
 #   resume  `resume SECONDS`: finish the run `lists` left (its database is kept on the machine)
 #   mla     the vllm mla gpu tests (the fp8 latent cache among them)
 #   dsv4rows `dsv4rows SECONDS`: attn_small's dsv4_attn cases, then the dsv4 gpu tests in what is left
+#   verify  `verify SECONDS`: the other vllm attention gpu tests (gqa, mla, mla_dsa, gdn/kda)
 #   go      `go SECONDS`: the mla and mla_dsa gpu tests, upstream attn_parallel and smoke_parallel, then attn_small, all
 #           within SECONDS (default 570; `resume` finishes attn_small): session 25's one call after the carries
 set -uo pipefail
@@ -111,6 +112,14 @@ case "${1:-carry}" in
         tests/backends/vllm/test_attention_dsv4_gpu.py > "$OUT/tests_dsv4.txt" 2>&1
       summary "$OUT/tests_dsv4.txt" | cut -c1-300
     fi ;;
+  verify)
+    # the vllm attention gpu tests but dsv4's (dsv4rows runs those): the code under base.py's workspace release
+    . bench/device_kit.sh
+    tail -1 "$OUT/install.txt"
+    timeout "${2:-540}" python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short tests/backends/vllm/test_attention.py \
+      tests/backends/vllm/test_attention_mla.py tests/backends/vllm/test_attention_dsa.py \
+      tests/backends/vllm/test_attention_linear.py > "$OUT/tests_verify.txt" 2>&1
+    summary "$OUT/tests_verify.txt" | cut -c1-300 ;;
   resume)
     # `resume [SECONDS]`: finish the last run `lists` started on this machine
     . bench/device_kit.sh
