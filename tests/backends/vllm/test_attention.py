@@ -97,26 +97,26 @@ def test_batch_index_puts_decodes_first_for_a_splitting_builder():
 
 
 class _Recorded:
-    """A stand-in for the built module and for VllmEnv: what happened, in order."""
+    """A stand-in for the built module and for VllmEnv (its own workspace count): what happened, in order."""
 
     def __init__(self) -> None:
+        from operatorx.backends.vllm.env import VllmEnv
+
         self.events: list[str] = []
         self.graph = None
         self.metadata: dict[str, Any] = {}
+        self.workspace_holders = 0
+        self.hold_workspace = VllmEnv.hold_workspace.__get__(self)
 
     def drop_workspace(self) -> None:
         self.events.append("workspace dropped")
 
 
-@pytest.mark.parametrize("fails", [False, True], ids=["released", "failed-build"])
-def test_the_workspace_goes_back_after_the_module(monkeypatch, fails):
-    """vLLM's attention kernels grow one process-wide workspace (FlashMLA's V4 prefill gather, the sparse
-    indexer): a case gives it back after its own teardown, on release or when its build fails."""
+def _fake_backend(rec: _Recorded, fail: set[int]) -> Any:
+    """A vllm attention backend whose n-th build (from 0) fails when n is in `fail`."""
     from operatorx.backends.vllm.attention.base import VllmAttentionBackend
-    from operatorx.backends.vllm.env import VllmEnv
 
-    rec = _Recorded()
-    monkeypatch.setattr(VllmEnv, "get", classmethod(lambda cls: rec))
+    builds = iter(range(100))
 
     class Fake(VllmAttentionBackend):
         op_type = "gqa"
@@ -125,22 +125,56 @@ def test_the_workspace_goes_back_after_the_module(monkeypatch, fails):
             return None
 
         def build(self, case: Case, args: Any, stack: Any) -> Any:
-            stack.callback(rec.events.append, "module released")
-            if fails:
-                raise RuntimeError("build failed")
+            n = next(builds)
+            stack.callback(rec.events.append, f"module {n} released")
+            if n in fail:
+                raise RuntimeError(f"build {n} failed")
             return rec
 
-    case = _case(DECODE)
+    return Fake()
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["released", "failed-build"])
+def test_the_workspace_goes_back_after_the_module(monkeypatch, fails):
+    """vLLM's attention kernels grow one process-wide workspace (FlashMLA's V4 prefill gather, the sparse
+    indexer): a case gives it back after its own teardown, on release or when its build fails."""
+    from operatorx.backends.vllm.env import VllmEnv
+
+    rec = _Recorded()
+    monkeypatch.setattr(VllmEnv, "get", classmethod(lambda cls: rec))
+    backend = _fake_backend(rec, {0} if fails else set())
     if fails:
-        with pytest.raises(RuntimeError, match="build failed"):
-            Fake().prepare(case, "cuda")
+        with pytest.raises(RuntimeError, match="build 0 failed"):
+            backend.prepare(_case(DECODE), "cuda")
     else:
-        prepared = Fake().prepare(case, "cuda")
+        prepared = backend.prepare(_case(DECODE), "cuda")
         assert rec.events == []
         assert prepared.release is not None
         prepared.release()
-    assert rec.events == ["module released", "workspace dropped"]
+    assert rec.events == ["module 0 released", "workspace dropped"]
+    assert rec.workspace_holders == 0
 
+
+def test_a_failed_copy_leaves_the_workspace_to_the_live_ones(monkeypatch):
+    """--placements holds copies of one case together, their graphs replaying views of one workspace: a copy
+    whose build fails must not free it under them; the last release does."""
+    from operatorx.backends.vllm.env import VllmEnv
+
+    rec = _Recorded()
+    monkeypatch.setattr(VllmEnv, "get", classmethod(lambda cls: rec))
+    backend = _fake_backend(rec, {1})
+    first = backend.prepare(_case(DECODE), "cuda")
+    with pytest.raises(RuntimeError, match="build 1 failed"):
+        backend.prepare(_case(DECODE), "cuda")
+    assert rec.events == ["module 1 released"] and rec.workspace_holders == 1
+    third = backend.prepare(_case(DECODE), "cuda")
+    assert first.release is not None and third.release is not None
+    first.release()
+    assert "workspace dropped" not in rec.events
+    third.release()
+    third.release()                                           # a second release changes nothing
+    assert rec.events == ["module 1 released", "module 0 released", "module 2 released", "workspace dropped"]
+    assert rec.workspace_holders == 0
 
 # --- GPU: vLLM's own module ----------------------------------------------------------------------------
 

@@ -299,12 +299,14 @@ def test_filled_caches_read_back_as_the_reference_expects():
 @pytest.mark.parametrize(("captured", "size", "error", "mode", "words"), [
     (True, 16, None, "full", "CUDA-graph replay of the whole forward; serving: one FULL graph"),
     (True, 24, None, "full", "pad T=20 to 24"),
-    (False, None, None, "eager", "serving: the breakable cudagraph in PIECEWISE mode"),
+    (False, 16, None, "eager", "serving: the breakable cudagraph in PIECEWISE mode"),
+    (False, None, None, "eager", "serving: eager too (above the largest capture size"),
     (False, 16, "RuntimeError: capture", "eager", "the capture failed; serving: one FULL graph"),
 ])
 def test_the_row_says_how_it_was_timed_and_how_serving_runs_it(captured, size, error, mode, words):
     """A uniform decode is one FULL graph in serving (the breakable cudagraph does not break in FULL mode), so it
-    is timed as a replay; any other batch runs PIECEWISE there, and is timed eagerly here."""
+    is timed as a replay; another batch runs PIECEWISE there within the capture sizes and eagerly above them,
+    and is timed eagerly here."""
     from operatorx.backends.vllm.attention.dsv4_meta import UPSTREAM_GRAPH, graph_record
 
     rec = graph_record(captured, size, 16 if size != 24 else 20, error)

@@ -29,7 +29,7 @@ import importlib.util
 import os
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -165,6 +165,7 @@ class VllmEnv:
         self.config = cfg
         self.ranks = ranks
         self.layer_count = 0
+        self.workspace_holders = 0
         if ranks is not None:
             cfg.parallel_config.tensor_parallel_size = ranks.tp
             cfg.parallel_config.enable_expert_parallel = ranks.expert_parallel
@@ -195,6 +196,25 @@ class VllmEnv:
 
         reset_workspace_manager()
         init_workspace_manager(torch.device("cuda"))
+
+    def hold_workspace(self) -> Callable[[], None]:
+        """Count one live case that may use vLLM's workspace; the returned call lets go of it and gives
+        the workspace back (drop_workspace) once no live case is left. Why counted: `--placements` holds
+        copies of one case together, whose captured graphs replay views of that one workspace; a copy
+        that fails to build must not free it under the others."""
+        self.workspace_holders += 1
+        released = False
+
+        def let_go() -> None:
+            nonlocal released
+            if released:
+                return
+            released = True
+            self.workspace_holders -= 1
+            if self.workspace_holders == 0:
+                self.drop_workspace()
+
+        return let_go
 
     @classmethod
     def get(cls) -> VllmEnv:

@@ -134,8 +134,9 @@ class VllmAttentionBackend:
 
         def build(stack: ExitStack) -> BuiltAttention:
             # first in, so last out: the workspace vLLM's attention kernels grew (FlashMLA's V4 prefill
-            # gather, the sparse indexer's) goes back after the module, on release or a failed build
-            stack.callback(VllmEnv.get().drop_workspace)
+            # gather, the sparse indexer's) goes back after the module, on release or a failed build, once
+            # no other live case (a placement copy) replays views of it
+            stack.callback(VllmEnv.get().hold_workspace())
             return self.build(case, args, stack)
 
         built, stack = VllmBackendBase.build_in_stack(build)

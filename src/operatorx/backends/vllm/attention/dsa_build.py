@@ -46,7 +46,7 @@ from operatorx.backends.vllm.attention.built import BuiltPaged
 from operatorx.backends.vllm.attention.dsa_layout import index_cache_width, pack_index_block, read_index_keys
 from operatorx.backends.vllm.attention.dsa_meta import dsa_metadata
 from operatorx.backends.vllm.attention.dsa_module import dsa_case_config, load_dsa_weights, make_dsa_module
-from operatorx.backends.vllm.attention.dsa_reuse import reused_topk
+from operatorx.backends.vllm.attention.dsa_reuse import DRAW_PEAK_BYTES, reused_topk
 from operatorx.backends.vllm.attention.dsa_support import dsa_projection_plan
 from operatorx.backends.vllm.attention.mla_build import device_bytes as mla_device_bytes
 from operatorx.backends.vllm.attention.mla_module import set_block_size
@@ -119,18 +119,19 @@ class BuiltDsa(BuiltPaged):
         return self.topk_indices[rows].long()
 
 
-def dsa_device_bytes(args: MlaDsaArgs, layout: Layout, positions: int) -> int:
-    """The MLA module's (mla_build.device_bytes) plus the topk buffer and an own indexer: its weights, fp8 key
-    cache, its prefill gather workspace (get_max_prefill_buffer_size: 40 · max_model_len keys) and one fp32
-    logits row per new token over the longest sequence."""
+def dsa_device_bytes(args: MlaDsaArgs, layout: Layout, positions: int, buffer_rows: int) -> int:
+    """The MLA module's (mla_build.device_bytes) plus the topk buffer (`buffer_rows`: the scheduler's
+    max_num_batched_tokens) and an own indexer: its weights, fp8 key cache, its prefill gather workspace
+    (get_max_prefill_buffer_size: 40 · max_model_len keys) and one fp32 logits row per new token over the
+    longest sequence; a reuse layer's picks are drawn in chunks instead (dsa_reuse.DRAW_PEAK_BYTES)."""
     ih, idim, t = args.index_heads, args.index_dim, layout.tokens
+    base = mla_device_bytes(mla_args(args), layout) + buffer_rows * args.topk * 4
     if args.indexer == "reuse":
-        return mla_device_bytes(mla_args(args), layout) + t * args.topk * 4
+        return base + DRAW_PEAK_BYTES
     weights = (ih * idim * args.q_lora_rank + (idim + ih) * args.hidden) * 2
     cache = (layout.pool_pages + 1) * layout.page_tokens * index_cache_width(idim)
     longest = max(r.ctx + r.q for r in layout.requests)
-    extra = weights + cache + t * args.topk * 4 + 40 * positions * index_cache_width(idim) + t * longest * 4
-    return mla_device_bytes(mla_args(args), layout) + extra
+    return base + weights + cache + 40 * positions * index_cache_width(idim) + t * longest * 4
 
 
 def _index_cache(backend: Any, spec: Any, num_blocks: int, index_dim: int, gen: torch.Generator) -> torch.Tensor:
@@ -180,12 +181,13 @@ def build_dsa(case: Case, args: MlaDsaArgs, stack: ExitStack) -> BuiltDsa:
         raise Unsupported("DeepGEMM is not installed: vLLM's indexer scores keys with its fp8_mqa_logits kernels")
     default_layout = plan_layout(args.batch)
     positions_max = max_position(default_layout)
-    require_memory(dsa_device_bytes(args, default_layout, positions_max), "cuda")
     longest = max(r.ctx + r.q for r in default_layout.requests)
     env = VllmEnv.get()
     stack.enter_context(env.case_scope())
     config, cache_config, model_config = dsa_case_config(env.config, args, positions_max,
                                                           default_layout.tokens)
+    max_tokens = int(config.scheduler_config.max_num_batched_tokens)
+    require_memory(dsa_device_bytes(args, default_layout, positions_max, max_tokens), "cuda")
     stack.enter_context(set_current_vllm_config(config))
     prefix = env.unique_prefix("self_attn")
     reuse = args.indexer == "reuse"
@@ -195,7 +197,6 @@ def build_dsa(case: Case, args: MlaDsaArgs, stack: ExitStack) -> BuiltDsa:
         stack.callback(env.forget_layer, index_name)
     plan = dsa_projection_plan(args)
     assert not isinstance(plan, str), plan                   # refused in supports()
-    max_tokens = int(config.scheduler_config.max_num_batched_tokens)
     if default_layout.tokens > max_tokens:
         raise Unsupported(f"batch: {default_layout.tokens} new tokens exceed max_num_batched_tokens {max_tokens}, "
                           "the rows of vLLM's topk_indices_buffer")

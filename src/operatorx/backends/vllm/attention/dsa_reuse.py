@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["reused_topk"]
+__all__ = ["DRAW_PEAK_BYTES", "reused_topk"]
 
 #: Most bytes of random draws held at once.
-DRAW_CHUNK_BYTES = 1 << 28
+DRAW_CHUNK_BYTES = 1 << 26
+#: What one chunk's draw holds at its peak, at most: the fp32 draws, their mask, and topk's and sort's values and
+#: int64 indices, which are as wide as the draws when topk is.
+DRAW_PEAK_BYTES = 8 * DRAW_CHUNK_BYTES
 
 
 def reused_topk(positions: torch.Tensor, topk: int, gen: torch.Generator) -> torch.Tensor:
@@ -33,7 +36,7 @@ def reused_topk(positions: torch.Tensor, topk: int, gen: torch.Generator) -> tor
     for r0 in range(0, pos.numel(), step):
         seen = pos[r0:r0 + step, None] + 1                                      # keys each token sees
         draw = torch.rand((seen.shape[0], width), generator=gen, device=pos.device)
-        draw = draw.masked_fill(cols[None, :] >= seen, 2.0)                     # unseen keys are never drawn first
+        draw.masked_fill_(cols[None, :] >= seen, 2.0)                            # unseen keys are never drawn first
         k = min(topk, width)
         picks = torch.topk(draw, k, dim=1, largest=False).indices
         picks = torch.where(picks < seen, picks, width).sort(dim=1).values     # -1 (as width) sorts last

@@ -13,39 +13,48 @@ from operatorx.backends.vllm.attention.run_facts import run_facts
 from operatorx.backends.vllm.common import class_name
 from operatorx.spec.attention import Dsv4AttnArgs
 
-__all__ = ["dsv4_metadata", "boundary_facts", "graph_record", "SERVING_FULL", "SERVING_PIECEWISE", "UPSTREAM_GRAPH"]
+__all__ = ["dsv4_metadata", "boundary_facts", "graph_record", "FLASHMLA_PLAN", "SERVING_EAGER", "SERVING_FULL",
+           "SERVING_PIECEWISE", "UPSTREAM_GRAPH"]
 
-#: How serving runs a uniform decode batch within the capture sizes: vLLM auto-enables
-#: VLLM_USE_BREAKABLE_CUDAGRAPH for DeepseekV4ForCausalLM, and its BreakableCUDAGraphWrapper captures the forward
-#: under the dispatcher's runtime mode, FULL for such a batch (every V4 builder supports UNIFORM_BATCH); in FULL
-#: mode @eager_break_during_capture runs attention_impl inside the capture.
+#: How serving runs a uniform decode batch within the capture sizes (no speculative decoding: with MTP a
+#: uniform decode has 1 + k query tokens): vLLM auto-enables VLLM_USE_BREAKABLE_CUDAGRAPH for
+#: DeepseekV4ForCausalLM, and its BreakableCUDAGraphWrapper captures the forward under the dispatcher's runtime
+#: mode, FULL for such a batch (every V4 builder supports UNIFORM_BATCH); in FULL mode
+#: @eager_break_during_capture runs attention_impl inside the capture.
 SERVING_FULL = ("serving: one FULL graph of the whole forward (the breakable cudagraph captures a uniform decode "
                 "batch in FULL mode, where @eager_break_during_capture does not break)")
-#: How serving runs any other batch: the breakable cudagraph in PIECEWISE mode.
+#: How serving runs another batch within the capture sizes: the breakable cudagraph in PIECEWISE mode.
 SERVING_PIECEWISE = ("serving: the breakable cudagraph in PIECEWISE mode: the GEMM prologue (fused_wqa_wkv, "
                      "compressor / indexer GEMMs, q/kv RMSNorm) and o_proj replay as graph segments, attention_impl "
                      "(wq_b + fused insert, compressors, indexer, FlashMLA) runs eagerly between them")
+#: How serving runs a batch above the largest capture size: the dispatcher picks no graph mode (NONE).
+SERVING_EAGER = "serving: eager too (above the largest capture size the dispatcher runs no graph)"
 #: How InferenceX's upstream runner times it (operatorx/runners/common/vllm/attention.py _launcher).
 UPSTREAM_GRAPH = ("upstream InferenceX captures one plain torch.cuda.CUDAGraph of the whole forward for a uniform "
                   "decode batch within the capture sizes, else eager")
+#: The FlashMLA tile-scheduler plan: made by the build's first call and reused by every timed call.
+FLASHMLA_PLAN = ("made by the build's first call and reused, so no timed call runs the planner; serving plans once "
+                 "per step for each layer kind (a fresh FlashMLASchedMeta per metadata build), shared by the step's "
+                 "layers of that kind")
 
 
 def graph_record(captured: bool, size: Optional[int], num_tokens: int, graph_error: Optional[str]) -> dict[str, Any]:
     """The row's graph_mode / graph_note (and graph_error): a replay of the whole forward where serving runs a
-    FULL graph (`size` not None: a uniform decode within the capture sizes), else eager beside serving's
-    PIECEWISE segments. Pure, so a CPU test pins each case."""
-    rec: dict[str, Any] = {}
+    FULL graph (build.graph_rule took it), else eager, beside serving's PIECEWISE segments (`size` set: the
+    batch is within the capture sizes) or serving's eager run (`size` None). Pure, so a CPU test pins each
+    case."""
+    rec: dict[str, Any] = {"graph_mode": "full" if captured else "eager"}
     if graph_error is not None:
         rec["graph_error"] = graph_error
     if captured:
         pad = "" if size in (None, num_tokens) else f"; vLLM would pad T={num_tokens} to {size}, timed at T"
         note = f"timed as a CUDA-graph replay of the whole forward; {SERVING_FULL}{pad}"
-        rec["graph_mode"] = "full"
     elif graph_error is not None:
-        note, rec["graph_mode"] = f"timed eagerly: the capture failed; {SERVING_FULL}", "eager"
+        note = f"timed eagerly: the capture failed; {SERVING_FULL}"
+    elif size is None:
+        note = f"timed eagerly; {SERVING_EAGER}"
     else:
         note = f"timed eagerly (the graph segments' launches included); {SERVING_PIECEWISE}"
-        rec["graph_mode"] = "eager"
     rec["graph_note"] = f"{note}; {UPSTREAM_GRAPH}"
     return rec
 
@@ -133,6 +142,7 @@ def dsv4_metadata(args: Dsv4AttnArgs, b: Any, size: Optional[int], mode: str,
         "max_num_batched_tokens": int(b.config.scheduler_config.max_num_batched_tokens),
         **run_facts(b.config, b.graph, size, mode),
         **graph_record(b.graph is not None, size, b.index.num_tokens, graph_error),
+        "flashmla_plan": FLASHMLA_PLAN,
         "synthetic_weights": ("dsv4_weights: projections N(0, 1/in), the block-FP8 ones exact in e4m3 x ue8m0 blocks; "
                               "norms near 1; attn_sink N(0, 1) and ape N(0, 1/4) fp32"),
         "ctx": b.layout.ctx_summary(),
