@@ -17,8 +17,8 @@ attention/dsv4.py).
 - the timed call: module.forward(positions, x, None) in one forward context holding every cache's metadata by
   layer name; a CUDA graph of the whole forward where build.graph_rule says vLLM replays a FULL decode graph
   (a uniform decode batch within the capture sizes: serving's breakable cudagraph captures it in FULL mode,
-  where @eager_break_during_capture does not break), else eager (serving: PIECEWISE, attention_impl eager
-  between graph segments); dsv4_meta.graph_record says which on the row;
+  where @eager_break_during_capture does not break), else eager (serving: PIECEWISE within the capture sizes,
+  attention_impl eager between graph segments; eager above them); dsv4_meta.graph_record says which on the row;
 - the check reads the caches back after the fill (dsv4_layout.read_cached) for the reference, and at ratio 4
   vLLM's own selection from topk_indices_buffer (request-relative compressed entries, -1 none) in batch order.
 """
