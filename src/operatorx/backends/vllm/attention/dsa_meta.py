@@ -23,12 +23,13 @@ def _cache(t: Any, spec: Any) -> dict[str, Any]:
             "bytes": t.numel() * t.element_size()}
 
 
-def _indexer(args: MlaDsaArgs, b: Any, index_part: Any) -> dict[str, Any]:
-    """What the row records of the indexer: an own one's backend, cache and wk; a reuse layer's read buffer."""
+def _indexer(args: MlaDsaArgs, b: Any, index_part: Any) -> tuple[dict[str, Any], Optional[dict[str, Any]]]:
+    """What the row records of the indexer (an own one's backend, cache and wk; a reuse layer's read buffer),
+    and an own indexer builder's decode/prefill split (None for a reuse layer)."""
     if index_part is None:
         return {"indexer": {"kind": "reuse", "skip_topk": bool(b.module.mla_attn.skip_topk),
                             "topk_indices": "an earlier layer's picks: dsa_reuse.reused_topk (uniform distinct "
-                                            "request-relative positions, every key when a token sees <= topk)"}}
+                                            "request-relative positions, every key when a token sees <= topk)"}}, None
     indexer, index_spec = b.module.indexer, index_part.spec
     return {
         "index_layer": b.index_name,
@@ -43,9 +44,7 @@ def _indexer(args: MlaDsaArgs, b: Any, index_part: Any) -> dict[str, Any]:
                         "row": f"per block: block_size x {args.index_dim} e4m3 keys, then block_size fp32 ue8m0 "
                                "scales"},
         "indexer_wk": WK_UPCAST if wk_upcast(args) else "bf16, fused with weights_proj into wk_weights_proj",
-        "index_split": {k: getattr(b.index_metadata, k, None)
-                        for k in ("num_decodes", "num_prefills", "num_decode_tokens")},
-    }
+    }, {k: getattr(b.index_metadata, k, None) for k in ("num_decodes", "num_prefills", "num_decode_tokens")}
 
 
 def dsa_metadata(args: MlaDsaArgs, b: Any, builder: Any, index_part: Any, spec: Any, size: Optional[int], mode: str,
@@ -56,8 +55,7 @@ def dsa_metadata(args: MlaDsaArgs, b: Any, builder: Any, index_part: Any, spec: 
     from operatorx.backends.vllm.env import vllm_version
 
     backend, impl, md = b.attn.attn_backend, b.attn.impl, b.attn_metadata
-    indexer = _indexer(args, b, index_part)
-    index_split = indexer.pop("index_split", None)
+    indexer, index_split = _indexer(args, b, index_part)
     meta: dict[str, Any] = {
         "framework": f"vllm {vllm_version()}",
         "module": DEEPSEEK_MLA.path,
