@@ -105,3 +105,19 @@ def prepare_and_check(backend: Any, case: Case) -> tuple[Any, Any]:
     prepared, check = check_or_reason(backend, case)
     assert prepared is not None, check
     return prepared, check
+
+
+class WorkspaceRecorder:
+    """A stand-in for a built module and for VllmEnv (its own workspace count): what happened, in order."""
+
+    def __init__(self) -> None:
+        from operatorx.backends.vllm.env import VllmEnv
+
+        self.events: list[str] = []
+        self.graph = None
+        self.metadata: dict[str, Any] = {}
+        self.workspace_holders = 0
+        self.hold_workspace = VllmEnv.hold_workspace.__get__(self)
+
+    def drop_workspace(self) -> None:
+        self.events.append("workspace dropped")

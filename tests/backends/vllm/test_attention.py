@@ -13,7 +13,7 @@ from operatorx.backends.vllm.attention import VllmGqa
 from operatorx.backends.vllm.attention.batch import RESERVED_BLOCKS, batch_index
 from operatorx.backends.vllm.attention.support import module_choice, refusal
 from operatorx.spec import Case
-from tests.backends.vllm.cases import prepare_and_check
+from tests.backends.vllm.cases import WorkspaceRecorder, prepare_and_check
 
 GQA = {"hidden": 256, "q_heads": 8, "kv_heads": 2, "head_dim": 64, "rope_dim": 64, "rope_theta": 10000.0}
 DECODE = [{"count": 4, "q": 1, "ctx": 100}]
@@ -96,23 +96,7 @@ def test_batch_index_puts_decodes_first_for_a_splitting_builder():
     assert sorted(ix.rows.tolist()) == list(range(layout.tokens))
 
 
-class _Recorded:
-    """A stand-in for the built module and for VllmEnv (its own workspace count): what happened, in order."""
-
-    def __init__(self) -> None:
-        from operatorx.backends.vllm.env import VllmEnv
-
-        self.events: list[str] = []
-        self.graph = None
-        self.metadata: dict[str, Any] = {}
-        self.workspace_holders = 0
-        self.hold_workspace = VllmEnv.hold_workspace.__get__(self)
-
-    def drop_workspace(self) -> None:
-        self.events.append("workspace dropped")
-
-
-def _fake_backend(rec: _Recorded, fail: set[int]) -> Any:
+def _fake_backend(rec: WorkspaceRecorder, fail: set[int]) -> Any:
     """A vllm attention backend whose n-th build (from 0) fails when n is in `fail`."""
     from operatorx.backends.vllm.attention.base import VllmAttentionBackend
 
@@ -140,7 +124,7 @@ def test_the_workspace_goes_back_after_the_module(monkeypatch, fails):
     indexer): a case gives it back after its own teardown, on release or when its build fails."""
     from operatorx.backends.vllm.env import VllmEnv
 
-    rec = _Recorded()
+    rec = WorkspaceRecorder()
     monkeypatch.setattr(VllmEnv, "get", classmethod(lambda cls: rec))
     backend = _fake_backend(rec, {0} if fails else set())
     if fails:
@@ -160,7 +144,7 @@ def test_a_failed_copy_leaves_the_workspace_to_the_live_ones(monkeypatch):
     whose build fails must not free it under them; the last release does."""
     from operatorx.backends.vllm.env import VllmEnv
 
-    rec = _Recorded()
+    rec = WorkspaceRecorder()
     monkeypatch.setattr(VllmEnv, "get", classmethod(lambda cls: rec))
     backend = _fake_backend(rec, {1})
     first = backend.prepare(_case(DECODE), "cuda")

@@ -54,7 +54,13 @@ class VllmMoe(VllmBackendBase):
         require_memory(_device_bytes(args), "cuda")
         from operatorx.backends.vllm.moe_prepare import build_moe
 
-        built, stack = self.build_in_stack(lambda stack: build_moe(case, args, plan, stack))
+        def build(stack: ExitStack) -> Any:
+            # first in, so last out: the workspace vLLM's modular MoE kernels grew goes back after the
+            # block, on release or a failed build, once no other live case (a placement copy) replays it
+            stack.callback(VllmEnv.get().hold_workspace())
+            return build_moe(case, args, plan, stack)
+
+        built, stack = self.build_in_stack(build)
         return _prepared(args, plan, built, stack)
 
     def supports_ranks(self, case: Case, device: str, world: int) -> Optional[str]:
@@ -147,8 +153,7 @@ def _prepared(args: MoeArgs, plan: quant_map.Plan, built: Any, stack: ExitStack)
         try:
             _let_go(state.pop("built", None), layers)
         finally:
-            stack.close()
-            VllmEnv.get().drop_workspace()
+            stack.close()                           # the workspace last (prepare's hold_workspace)
             # vLLM's modules sit in reference cycles (hooks and bound methods back to their owner), so
             # dropping the last outside reference frees nothing until a later GC pass: each released
             # case would hold its weights until some later case's allocation triggered one.
