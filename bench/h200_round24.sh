@@ -14,6 +14,8 @@
 #   verify  `verify SECONDS`: the other vllm attention gpu tests (gqa, mla, mla_dsa, gdn/kda)
 #   go      `go SECONDS`: the mla and mla_dsa gpu tests, upstream attn_parallel and smoke_parallel, then attn_small, all
 #           within SECONDS (default 570; `resume` finishes attn_small): session 25's one call after the carries
+#   finish  `finish SECONDS`: after `lists`: finish attn_small's run, then the dsv4, mla_dsa, gqa, gdn/kda gpu
+#           tests and vllm's MoE workspace tests, each in what is left of SECONDS (session 26)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 # The dsv4_attn probe and gpu tests (stop at the first failure), within `$1` seconds.
@@ -120,6 +122,24 @@ case "${1:-carry}" in
       tests/backends/vllm/test_attention_mla.py tests/backends/vllm/test_attention_dsa.py \
       tests/backends/vllm/test_attention_linear.py > "$OUT/tests_verify.txt" 2>&1
     summary "$OUT/tests_verify.txt" | cut -c1-300 ;;
+  finish)
+    . bench/device_kit.sh
+    end=$(( ${2:-570} - 10 ))
+    timeout $(( end - SECONDS )) python3 -m operatorx run --resume latest --backend vllm --db /tmp/opx/attn_vllm.db \
+      --results-dir /tmp/opx/res_vllm > "$OUT/run_resume_vllm.txt" 2>&1
+    echo "resume rc $?: $(tail -1 "$OUT/run_resume_vllm.txt")"
+    grep -E " error " "$OUT/run_resume_vllm.txt" | cut -c1-300 | head -5
+    cp -r /tmp/opx "$OUT/"
+    for t in tests/backends/vllm/test_attention_dsv4_gpu.py tests/backends/vllm/test_attention_dsa.py \
+             tests/backends/vllm/test_gpu.py tests/backends/vllm/test_attention.py \
+             tests/backends/vllm/test_attention_linear.py; do
+      name=$(basename "$t" .py); k=(); [ "$name" = test_gpu ] && k=(-k "memory_back or forced_routing")
+      [ $(( end - SECONDS )) -gt 30 ] || { echo "$name: no time left"; continue; }
+      timeout $(( end - SECONDS )) python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short "${k[@]}" "$t" \
+        > "$OUT/$name.txt" 2>&1
+      echo "$name: $(summary "$OUT/$name.txt" | tail -1 | cut -c1-200)"
+      summary "$OUT/$name.txt" | grep -E "FAILED|^E " | cut -c1-300 | head -6
+    done ;;
   resume)
     # `resume [SECONDS]`: finish the last run `lists` started on this machine
     . bench/device_kit.sh
