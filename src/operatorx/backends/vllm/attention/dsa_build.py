@@ -237,15 +237,14 @@ def build_dsa(case: Case, args: MlaDsaArgs, stack: ExitStack) -> BuiltDsa:
                           f"kv_lora_rank + rope_dim), the layout read back")
     kv_cache = allocate_cache(backend, shape, spec.dtype, gen)
     caches = {layer_name: kv_cache}
-    index_part = None
+    index_part, picks = None, None
     if index_layer is not None and index_name is not None:
         index_part = _index_part(index_layer, index_name, config, layout, index, args, gen)
-    if index_part is not None:
         names = f"{names} / {index_part.backend.get_name()}"
         caches[index_part.name] = index_part.cache
     else:
-        topk_indices[:index.num_tokens].copy_(reused_topk(index.positions.to("cuda"), args.topk, gen))
-    filled = topk_indices.clone() if index_part is None else None
+        picks = reused_topk(index.positions.to("cuda"), args.topk, gen)
+        topk_indices[:index.num_tokens].copy_(picks)
     bind_kv_cache(caches, config.compilation_config.static_forward_context, [])
     with vllm_refusals(f"the {names} metadata builders", construction=True):
         common = common_metadata(index)
@@ -266,7 +265,7 @@ def build_dsa(case: Case, args: MlaDsaArgs, stack: ExitStack) -> BuiltDsa:
         torch.cuda.synchronize()
     take, size, mode = graph_rule(config, index, env)
     graph_error = capture_or_error(built) if take else None
-    if filled is not None and not torch.equal(filled, topk_indices):
+    if picks is not None and not torch.equal(picks, topk_indices[:index.num_tokens]):
         raise RuntimeError(f"{DEEPSEEK_MLA.cls} as a skip layer wrote topk_indices_buffer: the picks it attends are "
                            "not the ones filled")
     built.metadata = dsa_metadata(args, built, builder, index_part, spec, size, mode, graph_error)

@@ -107,16 +107,14 @@ class BuiltDsv4(BuiltPaged):
     aux_streams: Optional[list[Any]]
     cached: Any = None
     """dsv4_layout.read_cached's Dsv4Cached of the filled caches (the reference's input)."""
-    slots_on_device: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
-    """Each cache layer's slot mapping on the GPU, made once: a serving step hands vLLM device tensors, so a
-    copy from the host in every timed call would be the harness's cost, not the module's."""
+    slots_on_device: dict[str, torch.Tensor] = field(repr=False)
+    """Each cache layer's slot mapping on the GPU, made at build: a serving step hands vLLM device tensors, so
+    a copy from the host in every timed call would be the harness's cost, not the module's."""
 
     def layer_metadata(self) -> dict[str, Any]:
         return {g.name: g.metadata for g in self.caches.values()}
 
     def slot_mappings(self) -> dict[str, torch.Tensor]:
-        if not self.slots_on_device:
-            self.slots_on_device.update({g.name: g.index.slot_mapping.to("cuda") for g in self.caches.values()})
         return self.slots_on_device
 
     def forward(self) -> torch.Tensor:
@@ -329,11 +327,12 @@ def build_dsv4(case: Case, args: Dsv4AttnArgs, stack: ExitStack) -> BuiltDsv4:
     cached = read_cached(args, plans, {kind: g.tensor for kind, g in groups.items()})
 
     swa = groups["swa"]
+    slots = {g.name: g.index.slot_mapping.to("cuda") for g in groups.values()}
     x = torch.randn(layout.tokens, args.hidden, generator=gen, device="cuda", dtype=torch.bfloat16)
     built = BuiltDsv4(module=module, attn=module, layer_name=prefix, config=config, layout=layout,
                       index=swa.index, weights=weights, x=x, x_batch=x[swa.index.rows.to("cuda")],
-                      positions=swa.index.positions.to("cuda"), kv_cache=swa.tensor,
-                      slot_mapping=swa.index.slot_mapping.to("cuda"), attn_metadata=groups.get("main", swa).metadata,
+                      positions=swa.index.positions.to("cuda"), kv_cache=swa.tensor, slot_mapping=slots[swa.name],
+                      slots_on_device=slots, attn_metadata=groups.get("main", swa).metadata,
                       forward_context=set_forward_context, plan=plan, caches=groups, topk_indices=topk_indices,
                       aux_streams=streams, cached=cached)
     with vllm_refusals(f"the forward ({module.backend_cls.get_name()})", construction=False):
