@@ -15,7 +15,7 @@
 #   go      `go SECONDS`: the mla and mla_dsa gpu tests, upstream attn_parallel and smoke_parallel, then attn_small, all
 #           within SECONDS (default 570; `resume` finishes attn_small): session 25's one call after the carries
 #   finish  `finish SECONDS`: after `lists`: finish attn_small's run, then the dsv4, mla_dsa, gqa, gdn/kda gpu
-#           tests and vllm's MoE workspace tests, each in what is left of SECONDS (session 26)
+#           tests, vllm's MoE workspace tests and the mla gpu tests, each in what is left of SECONDS (session 26)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 # The dsv4_attn probe and gpu tests (stop at the first failure), within `$1` seconds.
@@ -132,7 +132,7 @@ case "${1:-carry}" in
     cp -r /tmp/opx "$OUT/"
     for t in tests/backends/vllm/test_attention_dsv4_gpu.py tests/backends/vllm/test_attention_dsa.py \
              tests/backends/vllm/test_gpu.py tests/backends/vllm/test_attention.py \
-             tests/backends/vllm/test_attention_linear.py; do
+             tests/backends/vllm/test_attention_linear.py tests/backends/vllm/test_attention_mla.py; do
       name=$(basename "$t" .py); k=(); [ "$name" = test_gpu ] && k=(-k "memory_back or forced_routing")
       [ $(( end - SECONDS )) -gt 30 ] || { echo "$name: no time left"; continue; }
       timeout $(( end - SECONDS )) python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short "${k[@]}" "$t" \
