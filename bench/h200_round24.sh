@@ -16,6 +16,8 @@
 #           within SECONDS (default 570; `resume` finishes attn_small): session 25's one call after the carries
 #   finish  `finish SECONDS`: after `lists`: finish attn_small's run, then the dsv4, mla_dsa, gqa, gdn/kda gpu
 #           tests, vllm's MoE workspace tests and the mla gpu tests, each in what is left of SECONDS (session 26)
+#   both    `both SECONDS`: attn_small, then `finish`'s gpu tests, in one call; a later `finish` runs the tests
+#           that did not pass or had no time
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 # The dsv4_attn probe and gpu tests (stop at the first failure), within `$1` seconds.
@@ -41,6 +43,23 @@ run_list() {
     --results-dir /tmp/opx/res_vllm "$@" > "$OUT/run_${name}_vllm.txt" 2>&1
   echo "$name vllm rc $?: $(tail -1 "$OUT/run_${name}_vllm.txt")"
   grep -E " error |waited at" "$OUT/run_${name}_vllm.txt" | cut -c1-300 | head -5
+}
+# The gpu tests of the code changed since d2ebf10 (dsv4, mla_dsa, vllm MoE's workspace, gqa, gdn/kda, mla), each
+# in what is left before second `$1`; a file that passed on this machine (/tmp/opx/passed) is not run again.
+changed_tests() {
+  local end=$1 t name k
+  mkdir -p /tmp/opx/passed
+  for t in tests/backends/vllm/test_attention_dsv4_gpu.py tests/backends/vllm/test_attention_dsa.py \
+           tests/backends/vllm/test_gpu.py tests/backends/vllm/test_attention.py \
+           tests/backends/vllm/test_attention_linear.py tests/backends/vllm/test_attention_mla.py; do
+    name=$(basename "$t" .py); k=(); [ "$name" = test_gpu ] && k=(-k "memory_back or forced_routing")
+    [ -e "/tmp/opx/passed/$name" ] && { echo "$name: passed earlier on this machine"; continue; }
+    [ $(( end - SECONDS )) -gt 30 ] || { echo "$name: no time left"; continue; }
+    timeout $(( end - SECONDS )) python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short "${k[@]}" "$t" \
+      > "$OUT/$name.txt" 2>&1 && touch "/tmp/opx/passed/$name"
+    echo "$name: $(summary "$OUT/$name.txt" | tail -1 | cut -c1-200)"
+    summary "$OUT/$name.txt" | grep -E "FAILED|^E " | cut -c1-300 | head -6
+  done
 }
 case "${1:-carry}" in
   carry)
@@ -130,16 +149,16 @@ case "${1:-carry}" in
     echo "resume rc $?: $(tail -1 "$OUT/run_resume_vllm.txt")"
     grep -E " error " "$OUT/run_resume_vllm.txt" | cut -c1-300 | head -5
     cp -r /tmp/opx "$OUT/"
-    for t in tests/backends/vllm/test_attention_dsv4_gpu.py tests/backends/vllm/test_attention_dsa.py \
-             tests/backends/vllm/test_gpu.py tests/backends/vllm/test_attention.py \
-             tests/backends/vllm/test_attention_linear.py tests/backends/vllm/test_attention_mla.py; do
-      name=$(basename "$t" .py); k=(); [ "$name" = test_gpu ] && k=(-k "memory_back or forced_routing")
-      [ $(( end - SECONDS )) -gt 30 ] || { echo "$name: no time left"; continue; }
-      timeout $(( end - SECONDS )) python3 -m pytest -m gpu -q -p no:cacheprovider --tb=short "${k[@]}" "$t" \
-        > "$OUT/$name.txt" 2>&1
-      echo "$name: $(summary "$OUT/$name.txt" | tail -1 | cut -c1-200)"
-      summary "$OUT/$name.txt" | grep -E "FAILED|^E " | cut -c1-300 | head -6
-    done ;;
+    changed_tests "$end" ;;
+  both)
+    # `both SECONDS`: attn_small through vllm, then the gpu tests `finish` runs, in what is left (one call)
+    . bench/device_kit.sh
+    tail -1 "$OUT/install.txt"
+    nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit,temperature.gpu --format=csv
+    end=$(( ${2:-570} - 10 ))
+    run_list $(( end - SECONDS - 60 )) attn_small attn_small
+    cp -r /tmp/opx "$OUT/"
+    changed_tests "$end" ;;
   resume)
     # `resume [SECONDS]`: finish the last run `lists` started on this machine
     . bench/device_kit.sh
