@@ -16,8 +16,8 @@
 #           within SECONDS (default 570; `resume` finishes attn_small): session 25's one call after the carries
 #   finish  `finish SECONDS`: after `lists`: finish attn_small's run, then the dsv4, mla_dsa, gqa, gdn/kda gpu
 #           tests, vllm's MoE workspace tests and the mla gpu tests, each in what is left of SECONDS (session 26)
-#   both    `both SECONDS`: attn_small, then `finish`'s gpu tests, in one call; a later `finish` runs the tests
-#           that did not pass or had no time
+#   both    `both SECONDS`: `finish`'s gpu tests (warming the JIT caches), then attn_small, in one call; a later
+#           `finish` resumes attn_small and runs the tests that did not pass or had no time (session 27)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 # The dsv4_attn probe and gpu tests (stop at the first failure), within `$1` seconds.
@@ -151,14 +151,16 @@ case "${1:-carry}" in
     cp -r /tmp/opx "$OUT/"
     changed_tests "$end" ;;
   both)
-    # `both SECONDS`: attn_small through vllm, then the gpu tests `finish` runs, in what is left (one call)
+    # `both SECONDS`: the gpu tests `finish` runs first (they also fill the JIT caches: DeepGEMM's nvcc kernels,
+    # Triton's, on a fresh machine; a first case that compiled them took over 84 s, §33), then attn_small with a
+    # 180-s case timeout, in what is left (one call); a later `finish` runs the rest of either
     . bench/device_kit.sh
     tail -1 "$OUT/install.txt"
     nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit,temperature.gpu --format=csv
     end=$(( ${2:-570} - 10 ))
-    run_list $(( end - SECONDS - 60 )) attn_small attn_small
-    cp -r /tmp/opx "$OUT/"
-    changed_tests "$end" ;;
+    changed_tests $(( end - 240 ))
+    run_list $(( end - SECONDS )) attn_small attn_small --case-timeout 180
+    cp -r /tmp/opx "$OUT/" ;;
   resume)
     # `resume [SECONDS]`: finish the last run `lists` started on this machine
     . bench/device_kit.sh

@@ -37,7 +37,8 @@ from typing import Any, Optional
 
 from operatorx.backends.vllm.quant_map import MAX_CAPTURE_SIZE, SELECTION_ENV, QuantConfigSpec, capture_sizes
 
-__all__ = ["vllm_missing", "vllm_version", "VllmEnv", "RankSetup", "selection_env", "build_quant_config", "warm"]
+__all__ = ["vllm_missing", "vllm_version", "VllmEnv", "RankSetup", "selection_env", "build_quant_config", "warm",
+           "clear_blas_workspaces"]
 
 
 @functools.lru_cache(maxsize=1)
@@ -188,14 +189,17 @@ class VllmEnv:
                                   or capture_sizes())
 
     def drop_workspace(self) -> None:
-        """Give back the workspace vLLM's modular MoE kernels share. It grows to the largest batch
-        seen and is kept for the process's life (a server sizes it once); a benchmark that releases
-        a case must not leave it behind for the next one (336 MiB after a DeepSeek layer at T=2048)."""
+        """Give back the process-wide workspaces a case grew: vLLM's (its modular MoE and attention
+        kernels share one, grown to the largest batch seen) and torch's cuBLAS workspaces (one per
+        stream cuBLAS ran on: a case's own streams, such as DeepSeek-V4's aux GEMM streams, leave one
+        each). Both are kept for the process's life, as a server sizes them once; a benchmark that
+        releases a case must not leave them behind for the next one."""
         import torch
         from vllm.v1.worker.workspace import init_workspace_manager, reset_workspace_manager
 
         reset_workspace_manager()
         init_workspace_manager(torch.device("cuda"))
+        clear_blas_workspaces()
 
     def hold_workspace(self) -> Callable[[], None]:
         """Count one live case that may use vLLM's workspace; the returned call lets go of it and gives
@@ -294,6 +298,16 @@ class VllmEnv:
         layers = getattr(comp, "static_all_moe_layers", None)
         if isinstance(layers, list) and prefix in layers:
             layers.remove(prefix)
+
+
+def clear_blas_workspaces() -> None:
+    """Free torch's cached cuBLAS / cuBLASLt workspaces (the next cuBLAS call on a stream makes a new
+    one). Only while no live case holds a captured graph: a graph replays the workspace it captured."""
+    import torch
+
+    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if clear is not None:
+        clear()
 
 
 def warm(backend_name: str, device_kind: str) -> None:
