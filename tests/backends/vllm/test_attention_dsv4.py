@@ -314,3 +314,12 @@ def test_the_row_says_how_it_was_timed_and_how_serving_runs_it(captured, size, e
     assert rec["graph_note"].endswith(UPSTREAM_GRAPH)
     assert rec.get("graph_error") == error
     assert ("pad" in rec["graph_note"]) is (size == 24)
+
+
+def test_the_check_says_vllms_own_top_k_only_at_ratio_4():
+    from operatorx.backends.vllm.attention.dsv4 import VllmDsv4
+
+    backend = VllmDsv4()
+    assert backend.cache_read(_args()).endswith("attention over vLLM's own top-k (topk_indices_buffer)")
+    for r in (128, 0):                        # every compressed entry; the window alone
+        assert "top-k" not in backend.cache_read(_ratio(r)), r

@@ -75,7 +75,7 @@ class VllmAttentionBackend:
 
     name = "vllm"
     op_type: ClassVar[str]
-    #: How the check read the cache back, for its description.
+    #: How the check read the cache back, for its description (cache_read's default).
     CACHE_READ: ClassVar[str]
 
     def refusal(self, args: OpArgs) -> Optional[str]:
@@ -95,6 +95,10 @@ class VllmAttentionBackend:
         """The check's ||out - ref|| / ||ref|| bound for the case."""
         raise NotImplementedError
 
+    def cache_read(self, args: Any) -> str:
+        """How the check read the case's cache back, as its description says it."""
+        return self.CACHE_READ
+
     def check(self, args: Any, b: Any, fn: Any) -> Check:
         """One call of `fn` against the reference under each activation-scale flavor vLLM may have used
         (proj.flavors of the built case's projection plan, `b.plan`); the closest one is the check."""
@@ -112,7 +116,8 @@ class VllmAttentionBackend:
         err, flavor, ref = best
         graph = "; output of the CUDA-graph replay" if b.graph is not None else ""
         scales = "" if flavor == "none" else f"; {b.plan.scheme} activations quantized with {flavor} scales"
-        return Check(err, self.bound(args), int(ref.rows.numel()), f"{ref.what}; {self.CACHE_READ}{graph}{scales}")
+        what = f"{ref.what}; {self.cache_read(args)}{graph}{scales}"
+        return Check(err, self.bound(args), int(ref.rows.numel()), what)
 
     def supports(self, case: Case, device: str) -> Optional[str]:
         why = self.refusal(case.args)

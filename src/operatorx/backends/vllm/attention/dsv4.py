@@ -39,8 +39,12 @@ DSV4_BOUND = MLA_BOUND["bf16"]
 class VllmDsv4(VllmAttentionBackend):
     op_type = "dsv4_attn"
     CACHE_READ = ("window rows, compressed entries, compressor states and index keys read back (dequantized) from "
-                  "vLLM's caches through their block tables; attention over vLLM's own top-k at ratio 4 "
-                  "(topk_indices_buffer)")
+                  "vLLM's caches through their block tables")
+
+    def cache_read(self, args: Dsv4AttnArgs) -> str:
+        """Only a ratio-4 layer attends vLLM's own top-k (its indexer's picks); ratio 128 attends every entry."""
+        own_topk = "; attention over vLLM's own top-k (topk_indices_buffer)" if args.compress_ratio == 4 else ""
+        return f"{self.CACHE_READ}{own_topk}"
 
     def refusal(self, args: OpArgs) -> Optional[str]:
         return dsv4_refusal(args)
