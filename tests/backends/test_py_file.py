@@ -89,10 +89,11 @@ def test_unsupported_and_bad_returns(tmp_path: Path, user_file: Path) -> None:
 def test_host_time_through_run_for_user_code(tmp_path: Path, user_file: Path) -> None:
     from operatorx.measure import HostTimeSettings
 
-    row = _run(tmp_path, f"py:{user_file}:linear", host=True, host_timing=HostTimeSettings(batches=5, batch_calls=20))
+    row = _run(tmp_path, f"py:{user_file}:linear", host=True, host_timing=HostTimeSettings(batches=9, batch_calls=20))
     host = row.metrics["host"]
-    # a round whose batch lost the CPU twice is dropped (measure/cpu_contention.py), never silently kept
-    assert len(host["batch_us_per_call"]) == 5 - host["rounds_dropped"] >= 3 and host["host_us_per_call"] > 0
+    # a round whose batch lost the CPU twice is dropped (measure/cpu_contention.py), never silently kept; nine
+    # rounds, so that a burst of load on a 2-core CI machine (4 of 5 dropped once) still leaves three
+    assert len(host["batch_us_per_call"]) == 9 - host["rounds_dropped"] >= 3 and host["host_us_per_call"] > 0
     assert host["host_bound"] is None            # CPU: no separate device time to compare with
 
 
