@@ -44,6 +44,14 @@ run_list() {
   echo "$name vllm rc $?: $(tail -1 "$OUT/run_${name}_vllm.txt")"
   grep -E " error |waited at" "$OUT/run_${name}_vllm.txt" | cut -c1-300 | head -5
 }
+# Finish the last run `lists` (or `both`) started on this machine within `$1` seconds; the database to $OUT.
+resume_run() {
+  timeout "$1" python3 -m operatorx run --resume latest --backend vllm --db /tmp/opx/attn_vllm.db \
+    --results-dir /tmp/opx/res_vllm > "$OUT/run_resume_vllm.txt" 2>&1
+  echo "resume rc $?: $(tail -1 "$OUT/run_resume_vllm.txt")"
+  grep -E " error " "$OUT/run_resume_vllm.txt" | cut -c1-300 | head -5
+  cp -r /tmp/opx "$OUT/"
+}
 # The gpu tests of the code changed since d2ebf10 (dsv4, mla_dsa, vllm MoE's workspace, gqa, gdn/kda, mla), each
 # in what is left before second `$1`; a file that passed on this machine (/tmp/opx/passed) is not run again.
 changed_tests() {
@@ -144,11 +152,7 @@ case "${1:-carry}" in
   finish)
     . bench/device_kit.sh
     end=$(( ${2:-570} - 10 ))
-    timeout $(( end - SECONDS )) python3 -m operatorx run --resume latest --backend vllm --db /tmp/opx/attn_vllm.db \
-      --results-dir /tmp/opx/res_vllm > "$OUT/run_resume_vllm.txt" 2>&1
-    echo "resume rc $?: $(tail -1 "$OUT/run_resume_vllm.txt")"
-    grep -E " error " "$OUT/run_resume_vllm.txt" | cut -c1-300 | head -5
-    cp -r /tmp/opx "$OUT/"
+    resume_run $(( end - SECONDS ))
     changed_tests "$end" ;;
   both)
     # `both SECONDS`: the gpu tests `finish` runs first (they also fill the JIT caches: DeepGEMM's nvcc kernels,
@@ -164,9 +168,5 @@ case "${1:-carry}" in
   resume)
     # `resume [SECONDS]`: finish the last run `lists` started on this machine
     . bench/device_kit.sh
-    timeout "${2:-500}" python3 -m operatorx run --resume latest --backend vllm --db /tmp/opx/attn_vllm.db \
-      --results-dir /tmp/opx/res_vllm > "$OUT/run_resume_vllm.txt" 2>&1
-    echo "resume rc $?: $(tail -1 "$OUT/run_resume_vllm.txt")"
-    grep -E " error " "$OUT/run_resume_vllm.txt" | cut -c1-300 | head -5
-    cp -r /tmp/opx "$OUT/" ;;
+    resume_run "${2:-500}" ;;
 esac
