@@ -18,6 +18,9 @@
 #           tests, vllm's MoE workspace tests and the mla gpu tests, each in what is left of SECONDS (session 26)
 #   both    `both SECONDS`: `finish`'s gpu tests (warming the JIT caches), then attn_small, in one call; a later
 #           `finish` resumes attn_small and runs the tests that did not pass or had no time (session 27)
+#   stacks  a cold machine's first attn_small case with a 20-s case timeout (the JIT compile outlasts it): does the
+#           timeout row carry the worker's Python stacks (§33 had none)? The worker's signal masks at second 12
+#           (/proc/PID/task/*/status) say whether SIGUSR1 is caught, and by which threads it is blocked; `both` runs it
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 # The dsv4_attn probe and gpu tests (stop at the first failure), within `$1` seconds.
@@ -54,6 +57,22 @@ resume_run() {
 }
 # The gpu tests of the code changed since d2ebf10 (dsv4, mla_dsa, vllm MoE's workspace, gqa, gdn/kda, mla), each
 # in what is left before second `$1`; a file that passed on this machine (/tmp/opx/passed) is not run again.
+# The `stacks` probe (see the head of this file): its row, log and the worker's signal masks go to $OUT/stacks*.
+stacks_probe() {
+  mkdir -p /tmp/opx
+  ( sleep 12; for pid in $(pgrep -f "operatorx.run.worker"); do
+      echo "== worker $pid: $(tr '\0' ' ' < /proc/$pid/cmdline | cut -c1-80)"
+      grep -E "^Sig(Blk|Ign|Cgt)" /proc/$pid/status
+      for t in /proc/$pid/task/*; do echo "$(basename $t) $(cat $t/comm) $(grep -E '^SigBlk' $t/status)"; done
+    done > "$OUT/stacks_masks.txt" 2>&1 ) &
+  timeout 90 python3 -m operatorx run -t attn_small --backend vllm --rank-local --limit 1 --case-timeout 20 \
+    --db /tmp/opx/stacks.db --results-dir "$OUT/stacks_res" > "$OUT/stacks_run.txt" 2>&1
+  echo "stacks rc $?: $(tail -1 "$OUT/stacks_run.txt")"
+  wait
+  grep -c "Thread 0x" -r "$OUT/stacks_res" | head -3
+  grep -ho "waited at [^\"]*" -r "$OUT/stacks_res" | head -2
+  grep -E "^Sig" "$OUT/stacks_masks.txt" | head -6
+}
 changed_tests() {
   local end=$1 t name k
   mkdir -p /tmp/opx/passed
@@ -162,9 +181,13 @@ case "${1:-carry}" in
     tail -1 "$OUT/install.txt"
     nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit,temperature.gpu --format=csv
     end=$(( ${2:-570} - 10 ))
+    stacks_probe
     changed_tests $(( end - 240 ))
     run_list $(( end - SECONDS )) attn_small attn_small --case-timeout 180
     cp -r /tmp/opx "$OUT/" ;;
+  stacks)
+    . bench/device_kit.sh
+    stacks_probe ;;
   resume)
     # `resume [SECONDS]`: finish the last run `lists` started on this machine
     . bench/device_kit.sh
