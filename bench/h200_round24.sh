@@ -18,9 +18,10 @@
 #           tests, vllm's MoE workspace tests and the mla gpu tests, each in what is left of SECONDS (session 26)
 #   both    `both SECONDS`: `finish`'s gpu tests (warming the JIT caches), then attn_small, in one call; a later
 #           `finish` resumes attn_small and runs the tests that did not pass or had no time (session 27)
-#   stacks  a cold machine's first attn_small case with a 20-s case timeout (the JIT compile outlasts it): does the
-#           timeout row carry the worker's Python stacks (§33 had none)? The worker's signal masks at second 12
-#           (/proc/PID/task/*/status) say whether SIGUSR1 is caught, and by which threads it is blocked; `both` runs it
+#   stacks  `stacks [TIMEOUT_S]`: attn_small's first case with a TIMEOUT_S (default 20) case timeout, which a cold
+#           machine's JIT compile (or a warm one's setup, at 5 s) outlasts: does the timeout row carry the worker's
+#           Python stacks (§33 had none)? The worker's signal masks every 2 s (/proc/PID/task/*/status) say whether
+#           SIGUSR1 is caught, and by which threads it is blocked; `finish` runs it at 5 s in what is left
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 # The dsv4_attn probe and gpu tests (stop at the first failure), within `$1` seconds.
@@ -60,12 +61,13 @@ resume_run() {
 # The `stacks` probe (see the head of this file): its row, log and the worker's signal masks go to $OUT/stacks*.
 stacks_probe() {
   mkdir -p /tmp/opx
-  ( sleep 12; for pid in $(pgrep -f "operatorx.run.worker"); do
-      echo "== worker $pid: $(tr '\0' ' ' < /proc/$pid/cmdline | cut -c1-80)"
+  local timeout_s=${1:-20}
+  ( for _ in $(seq 45); do sleep 2; for pid in $(pgrep -f "operatorx.run.worker"); do
+      echo "== second $SECONDS, worker $pid: $(tr '\0' ' ' < /proc/$pid/cmdline | cut -c1-80)"
       grep -E "^Sig(Blk|Ign|Cgt)" /proc/$pid/status
       for t in /proc/$pid/task/*; do echo "$(basename $t) $(cat $t/comm) $(grep -E '^SigBlk' $t/status)"; done
-    done > "$OUT/stacks_masks.txt" 2>&1 ) &
-  timeout 90 python3 -m operatorx run -t attn_small --backend vllm --rank-local --limit 1 --case-timeout 20 \
+    done >> "$OUT/stacks_masks.txt" 2>&1; pgrep -f "operatorx run -t attn_small" > /dev/null || break; done ) &
+  timeout 90 python3 -m operatorx run -t attn_small --backend vllm --rank-local --limit 1 --case-timeout "$timeout_s" \
     --db /tmp/opx/stacks.db --results-dir "$OUT/stacks_res" > "$OUT/stacks_run.txt" 2>&1
   echo "stacks rc $?: $(tail -1 "$OUT/stacks_run.txt")"
   wait
@@ -172,7 +174,8 @@ case "${1:-carry}" in
     . bench/device_kit.sh
     end=$(( ${2:-570} - 10 ))
     resume_run $(( end - SECONDS ))
-    changed_tests "$end" ;;
+    changed_tests "$end"
+    [ $(( end - SECONDS )) -gt 45 ] && stacks_probe 5 ;;
   both)
     # `both SECONDS`: the gpu tests `finish` runs first (they also fill the JIT caches: DeepGEMM's nvcc kernels,
     # Triton's, on a fresh machine; a first case that compiled them took over 84 s, §33), then attn_small with a
@@ -181,13 +184,12 @@ case "${1:-carry}" in
     tail -1 "$OUT/install.txt"
     nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit,temperature.gpu --format=csv
     end=$(( ${2:-570} - 10 ))
-    stacks_probe
     changed_tests $(( end - 240 ))
     run_list $(( end - SECONDS )) attn_small attn_small --case-timeout 180
     cp -r /tmp/opx "$OUT/" ;;
   stacks)
     . bench/device_kit.sh
-    stacks_probe ;;
+    stacks_probe "${2:-20}" ;;
   resume)
     # `resume [SECONDS]`: finish the last run `lists` started on this machine
     . bench/device_kit.sh
