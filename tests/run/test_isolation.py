@@ -4,6 +4,7 @@ other case of the same run is ok (real worker processes, CPU device)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -68,7 +69,8 @@ def test_a_timeout_is_not_retried_and_takes_only_its_case(tmp_path, write_testli
     hung, ok = sorted(outcome.rows, key=lambda r: r.case.args.m)
     assert (hung.status, hung.error_kind) == ("error", "timeout") and "no row after 10 s" in hung.message
     # the worker wrote its Python stacks before the kill: the row says where the case waited
-    assert hung.message.endswith("its worker waited at misbehave.py:30 in call"), hung.message
+    hang_line = PLANTED.read_text().splitlines().index("            time.sleep(1000)") + 1
+    assert hung.message.endswith(f"its worker waited at misbehave.py:{hang_line} in call"), hung.message
     assert "most recent call first" in hung.metrics["worker_stderr_tail"]
     assert ok.status == "ok"
 
@@ -97,3 +99,38 @@ def test_the_first_case_imports_nothing_the_stopping_rule_needs(tmp_path, write_
     spec = JobSpec(config=config(tmp_path, write_testlist([fp32(16)])), run_id="r", testlist="t")
     build_job(spec)
     assert stats._median_ci_ranks.cache_info().currsize == 1        # the ranks, and SciPy with them, are loaded
+
+
+def _compiling(tmp_path, write_testlist, compile_s: float, after_s: float, **kw):
+    backend = f"py:{PLANTED}:build[compile_s={compile_s},after_s={after_s}]"
+    outcome = run_testlist(replace(config(tmp_path, write_testlist([fp32(10)]), case_timeout_s=3, **kw),
+                                   backend=backend))
+    (row,) = outcome.rows
+    return row
+
+
+def test_a_compile_past_the_deadline_is_waited_for(tmp_path, write_testlist):
+    """The worker's `nvcc` still runs at the 3-s deadline: the deadline waits for it."""
+    row = _compiling(tmp_path, write_testlist, compile_s=4.5, after_s=0)
+    assert row.status == "ok", row.message
+
+
+def test_a_finished_compile_does_not_count_against_the_deadline(tmp_path, write_testlist):
+    """2.5 s of compile, then 2 s of other work: 4.5 s in all, past the 3-s deadline with no compiler
+    running at it; the reaped compile's time is added back."""
+    row = _compiling(tmp_path, write_testlist, compile_s=2.5, after_s=2.0)
+    assert row.status == "ok", row.message
+
+
+def test_without_compile_grace_the_same_case_times_out(tmp_path, write_testlist):
+    row = _compiling(tmp_path, write_testlist, compile_s=2.5, after_s=2.0, compile_grace_s=0)
+    assert (row.status, row.error_kind) == ("error", "timeout")
+    assert row.message.startswith("timeout: no row after 3 s (--case-timeout); its worker waited at"), row.message
+
+
+def test_a_compile_that_outlasts_the_grace_times_out_and_says_so(tmp_path, write_testlist):
+    row = _compiling(tmp_path, write_testlist, compile_s=60, after_s=0, compile_grace_s=3)
+    assert (row.status, row.error_kind) == ("error", "timeout")
+    said = ("timeout: no row after 3 s (--case-timeout) and 3 s more while its worker compiled kernels "
+            "(--compile-grace); its worker waited at subprocess.py:")
+    assert row.message.startswith(said), row.message

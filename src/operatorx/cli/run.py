@@ -141,6 +141,9 @@ def run_command(
     case_timeout: Optional[float] = typer.Option(None, "--case-timeout", min=1,
                                                  help="Seconds a case may run before it is stopped (default: from "
                                                       "the timing budget, ~84 s)."),
+    compile_grace: float = typer.Option(600.0, "--compile-grace", min=0,
+                                        help="Seconds a case may run past its --case-timeout while its worker "
+                                             "compiles kernels (a fresh machine's JIT cache); 0: never."),
     grace: float = typer.Option(10.0, "--grace", min=0, help="On SIGINT/SIGTERM, seconds the cases in flight get."),
     report: str = typer.Option("span", "--report", help="Headline time in the table: span (first kernel start to "
                                                         "last kernel end, default) or busy (kernels running)."),
@@ -217,7 +220,8 @@ def run_command(
                            host=host, host_timing=host_timing, trace_dir=None if counters_child else trace_dir,
                            counters_child=counters_child, run_id=run_id, profile_kernels=not counters_child,
                            check_l2=not counters_child, executor=executor,  # type: ignore[arg-type]
-                           gpus=parse_gpus(gpus), workers=workers, case_timeout_s=case_timeout, grace_s=grace,
+                           gpus=parse_gpus(gpus), workers=workers, case_timeout_s=case_timeout,
+                           compile_grace_s=compile_grace, grace_s=grace,
                            shard=parse_shard(shard) if shard else None, run_group=run_group,
                            ray_address=ray_address, recalibrate=recalibrate,
                            rank_local=rank_local, placements=placements)

@@ -106,6 +106,9 @@ class RunConfig:
     """Worker processes on the CPU device (each gets its share of the cores)."""
     case_timeout_s: Optional[float] = None
     """A case running longer than this is stopped (`timeout`); None = derived from the timing budget."""
+    compile_grace_s: float = 600.0
+    """How much longer than its deadline a case may run while its worker compiles kernels (a cold JIT
+    cache: nvcc, ptxas, ninja, gcc in the worker's session, run/compiling.py); 0 = never longer."""
     grace_s: float = 10.0
     """On SIGINT/SIGTERM, cases in flight get this long to end before they are stopped."""
     shard: Optional[Shard] = None
@@ -132,6 +135,8 @@ class RunConfig:
             raise ValueError(f"--workers must be >= 1, got {self.workers}")
         if self.case_timeout_s is not None and not self.case_timeout_s > 0:
             raise ValueError(f"--case-timeout must be > 0 seconds, got {self.case_timeout_s}")
+        if not self.compile_grace_s >= 0:
+            raise ValueError(f"--compile-grace must be >= 0 seconds, got {self.compile_grace_s}")
         if not self.grace_s >= 0:
             raise ValueError(f"--grace must be >= 0 seconds, got {self.grace_s}")
         if not (self.leak_limit_device_mib >= 0 and self.leak_limit_host_mib >= 0):

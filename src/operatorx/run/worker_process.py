@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional
 
+from operatorx.run.compiling import compilers_running, reaped_children_cpu_s
 from operatorx.run.config import WORKER_START_TIMEOUT_S
 from operatorx.run.faults import died_of_allocation, hung_at
 from operatorx.run.job import JobSpec
@@ -39,6 +40,9 @@ STDERR_TAIL_BYTES = 2000
 TIMEOUT_TAIL_BYTES = 6000
 #: How long a hung worker gets to write its stacks (STACKS_SIGNAL) before the kill.
 STACKS_WAIT_S = 2.0
+#: While a compiler of a worker's session runs at its case's deadline, the deadline moves on by this much
+#: and is checked again (within --compile-grace).
+COMPILE_STEP_S = 2.0
 
 AHEAD_MAX_BYTES = 16 * 1024
 """The longest case line sent ahead. It waits in the worker's stdin pipe (64 KiB on Linux) while the
@@ -221,9 +225,12 @@ class WorkerProcess:
 
     def await_case(self, index: int, deadline_s: float, stop: threading.Event) -> CaseOutcome:
         """Wait for the row of a case already sent. Its `deadline_s` counts from its `started` (or
-        from now until then: a case sent ahead waits for the one before it, not on its own clock)."""
+        from now until then: a case sent ahead waits for the one before it, not on its own clock).
+        Time its worker spent compiling kernels does not count, up to `compile_grace_s` more
+        (`_compile_extension_s`): a cold JIT cache is not a hang."""
         t0 = time.monotonic()
         deadline = t0 + deadline_s
+        compiled_from_s, extended_s = self._reaped_cpu_s(), 0.0
         while True:
             msg = self._next(min(deadline, time.monotonic() + 0.25))
             self._sample_rss()
@@ -233,13 +240,38 @@ class WorkerProcess:
             if msg is not None and msg.kind == "started" and msg.body.get("index") == index:
                 t0 = time.monotonic()
                 deadline = t0 + deadline_s
+                compiled_from_s, extended_s = self._reaped_cpu_s(), 0.0
             if msg is not None:
                 continue                               # `started`, or a stray line
             if not self.alive() and self._inbox.empty():
                 # after a stop signal the scheduler kills the workers whose grace ran out: not a crash
                 return self._failure(index, "interrupted" if stop.is_set() else "crashed", t0)
             if time.monotonic() >= deadline:
-                return self._failure(index, "timeout", t0, f"no row after {deadline_s:.0f} s (--case-timeout)")
+                more_s = self._compile_extension_s(compiled_from_s, extended_s)
+                if more_s > 0:
+                    deadline, extended_s = deadline + more_s, extended_s + more_s
+                    continue
+                why = f"no row after {deadline_s:.0f} s (--case-timeout)"
+                if extended_s > 0:
+                    why += f" and {extended_s:.0f} s more while its worker compiled kernels (--compile-grace)"
+                return self._failure(index, "timeout", t0, why)
+
+    def _reaped_cpu_s(self) -> float:
+        pid = self.proc.pid if self.proc is not None else None
+        got = reaped_children_cpu_s(pid) if pid is not None else None
+        return got if got is not None else 0.0
+
+    def _compile_extension_s(self, compiled_from_s: float, extended_s: float) -> float:
+        """How much later a case at its deadline may end, 0 for none: the CPU time of the compilers its
+        worker ran and waited for since the case started, less what was granted already, and at least
+        COMPILE_STEP_S while a compiler of its session runs now; within `compile_grace_s` in all."""
+        left_s = self.spec.config.compile_grace_s - extended_s
+        if left_s <= 0 or self.proc is None:
+            return 0.0
+        owed_s = self._reaped_cpu_s() - compiled_from_s - extended_s
+        if compilers_running(self.session_token, self.proc.pid):
+            owed_s = max(owed_s, COMPILE_STEP_S)
+        return min(left_s, max(0.0, owed_s))
 
     def _failure(self, index: int, failure: str, t0: float, why: str = "") -> CaseOutcome:
         """The case's outcome when its worker gave no row. A worker that died is killed with its whole
