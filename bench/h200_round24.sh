@@ -67,7 +67,7 @@ stacks_probe() {
       grep -E "^Sig(Blk|Ign|Cgt)" /proc/$pid/status
       for t in /proc/$pid/task/*; do echo "$(basename $t) $(cat $t/comm) $(grep -E '^SigBlk' $t/status)"; done
     done >> "$OUT/stacks_masks.txt" 2>&1; pgrep -f "operatorx run -t attn_small" > /dev/null || break; done ) &
-  timeout 90 python3 -m operatorx run -t attn_small --backend vllm --rank-local --limit 1 --case-timeout "$timeout_s" \
+  timeout 90 python3 -m operatorx run -t attn_small --backend vllm --rank-local --limit 1 --case-timeout "$timeout_s" --compile-grace 0 \
     --db /tmp/opx/stacks.db --results-dir "$OUT/stacks_res" > "$OUT/stacks_run.txt" 2>&1
   echo "stacks rc $?: $(tail -1 "$OUT/stacks_run.txt")"
   wait
