@@ -4,13 +4,16 @@ other case of the same run is ok (real worker processes, CPU device)."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
 from operatorx.measure import TimingSettings
 from operatorx.run import RunConfig, run_testlist
+from operatorx.run.sweep import _Silent
 from operatorx.store import Store
 from tests.conftest import gemm
 
@@ -101,18 +104,31 @@ def test_the_first_case_imports_nothing_the_stopping_rule_needs(tmp_path, write_
     assert stats._median_ci_ranks.cache_info().currsize == 1        # the ranks, and SciPy with them, are loaded
 
 
-def _compiling(tmp_path, write_testlist, compile_s: float, after_s: float, **kw):
+class _Notes(_Silent):
+    def __init__(self) -> None:
+        self.notes: list[str] = []
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+
+
+def _compiling(tmp_path, write_testlist, compile_s: float, after_s: float, notes: Optional[_Notes] = None, **kw):
     backend = f"py:{PLANTED}:build[compile_s={compile_s},after_s={after_s}]"
     outcome = run_testlist(replace(config(tmp_path, write_testlist([fp32(10)]), case_timeout_s=3, **kw),
-                                   backend=backend))
+                                   backend=backend), notes)
     (row,) = outcome.rows
     return row
 
 
-def test_a_compile_past_the_deadline_is_waited_for(tmp_path, write_testlist):
-    """The worker's `nvcc` still runs at the 3-s deadline: the deadline waits for it."""
-    row = _compiling(tmp_path, write_testlist, compile_s=4.5, after_s=0)
+def test_a_compile_past_the_deadline_is_waited_for_and_said(tmp_path, write_testlist):
+    """The worker's `nvcc` still runs at the 3-s deadline: the deadline waits for it, and the run says so."""
+    notes = _Notes()
+    row = _compiling(tmp_path, write_testlist, compile_s=4.5, after_s=0, notes=notes)
     assert row.status == "ok", row.message
+    (said,) = [n for n in notes.notes if "--compile-grace" in n]
+    moved = re.search(r"case 0's deadline moved (\d+) s past --case-timeout while its worker compiled", said)
+    moved_s = float(moved[1]) if moved else -1.0
+    assert 2 <= moved_s <= 6, said          # 4.5 s of compile past a 3-s deadline: one 2-s step, or the compile's CPU
 
 
 def test_a_finished_compile_does_not_count_against_the_deadline(tmp_path, write_testlist):

@@ -249,6 +249,10 @@ class _Sink:
                                    f"rows in a row; they are kept in {where}")
         for f, row in zip(finished, rows, strict=True):
             self.reporter.case_done(f.slot, row)
+            if f.outcome.compile_grace_used_s > 0:     # the run's --case-timeout did not hold: say why
+                moved_s = f.outcome.compile_grace_used_s
+                self.reporter.note(f"{f.slot}: case {f.task.index}'s deadline moved {moved_s:.0f} s past "
+                                   "--case-timeout while its worker compiled kernels (--compile-grace)")
 
     def _row(self, f: FinishedCase) -> Row:
         """The case's row; a row from the worker that does not validate is that case's error, not

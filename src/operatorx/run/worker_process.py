@@ -69,6 +69,8 @@ class CaseOutcome:
     seconds: float = 0.0
     rank_result: Optional[dict[str, Any]] = None
     """For one rank of a multi-rank case: what that rank made of it (run/ranks/worker_side.py)."""
+    compile_grace_used_s: float = 0.0
+    """How far past its --case-timeout the case's deadline moved while its worker compiled kernels."""
 
 
 _SPAWNER: Optional[ThreadPoolExecutor] = None
@@ -236,7 +238,8 @@ class WorkerProcess:
             self._sample_rss()
             if msg is not None and msg.kind == "row" and msg.body.get("index") == index:
                 return CaseOutcome(index=index, row=msg.body["row"], worker_replaced=bool(msg.body.get("replace")),
-                                   seconds=time.monotonic() - t0, rank_result=msg.body.get("rank_result"))
+                                   seconds=time.monotonic() - t0, rank_result=msg.body.get("rank_result"),
+                                   compile_grace_used_s=extended_s)
             if msg is not None and msg.kind == "started" and msg.body.get("index") == index:
                 t0 = time.monotonic()
                 deadline = t0 + deadline_s
