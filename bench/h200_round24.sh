@@ -22,7 +22,7 @@
 #           machine's JIT compile (or a warm one's setup, at 5 s) outlasts: does the timeout row carry the worker's
 #           Python stacks (§33 had none)? The worker's signal masks every 2 s (/proc/PID/task/*/status) say whether
 #           SIGUSR1 is caught, and by which threads it is blocked; `finish` runs it at 5 s in what is left
-#   cold    `cold SECONDS`: attn_small first on the fresh machine, default case timeout and --compile-grace (do the
+#   cold    `cold SECONDS [TESTS_S]`: attn_small first on the fresh machine, default case timeout and --compile-grace (do the
 #           cold JIT compiles extend the deadline instead of timing out, §33?), then `finish`'s gpu tests in what
 #           is left; a later `finish` resumes attn_small and runs the tests that did not pass or had no time
 set -uo pipefail
@@ -195,7 +195,7 @@ case "${1:-carry}" in
     tail -1 "$OUT/install.txt"
     nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit,temperature.gpu --format=csv
     end=$(( ${2:-570} - 10 ))
-    run_list $(( end - 200 - SECONDS )) attn_small attn_small
+    run_list $(( end - ${3:-200} - SECONDS )) attn_small attn_small
     grep -E "compiled kernels" "$OUT/run_attn_small_vllm.txt" | cut -c1-300 | head -5
     cp -r /tmp/opx "$OUT/"
     changed_tests "$end" ;;
