@@ -570,6 +570,9 @@ class MemoryCheck(OpenPart):
     host_growth_bytes: Optional[int] = doc("resident set growth over the case", "bytes")
     device_growth_bytes: Optional[int] = doc("torch allocator growth over the case (a leak above the limit makes "
                                              "the row `error`, kind `leak`)", "bytes")
+    first_use: Optional[bool] = doc("true when the device growth past the limit was taken as the op type's one-time "
+                                    "state in this worker (its first such case, up to `first_use_limit_device_mib`): "
+                                    "not a leak; a second such case of the op type in the worker is")
 
 
 class Placement(Part):

@@ -35,3 +35,10 @@ def test_a_leak_makes_the_row_an_error_and_replaces_the_worker():
     assert replace and row.status == "error" and row.error_kind == "leak"
     assert row.message is not None and row.message.startswith("memory leak: the case left 2048 MiB of device memory")
     assert row.measured is not None and row.measured.latency_us == _ROW.measured.latency_us   # the number stays
+
+
+def test_a_first_use_keeps_its_row_ok_and_its_worker_and_says_so():
+    first = MemoryDelta(_delta(300).before, _delta(300).after, first_use=True)
+    row, replace = finish_row(_ROW, first, device_limit_mib=256, host_limit_mib=2048)
+    assert not replace and row.status == "ok" and row.error_kind is None
+    assert row.memory is not None and row.memory.first_use is True and row.memory.device_growth_bytes == 300 * _MIB

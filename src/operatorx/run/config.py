@@ -119,6 +119,9 @@ class RunConfig:
     """Device memory a case may leave allocated after its release before its worker is replaced."""
     leak_limit_host_mib: float = 2048.0
     """Host memory (resident set growth) a case may leave behind before its worker is replaced."""
+    first_use_limit_device_mib: float = 1024.0
+    """Device memory the first case of an op type in a worker may keep past `leak_limit_device_mib` as its
+    kernels' one-time state (run/memory_watch.py); at or below the leak limit, none is admitted."""
 
     def __post_init__(self) -> None:
         if self.limit is not None and self.limit < 1:
@@ -139,7 +142,8 @@ class RunConfig:
             raise ValueError(f"--compile-grace must be >= 0 seconds, got {self.compile_grace_s}")
         if not self.grace_s >= 0:
             raise ValueError(f"--grace must be >= 0 seconds, got {self.grace_s}")
-        if not (self.leak_limit_device_mib >= 0 and self.leak_limit_host_mib >= 0):
+        limits_mib = (self.leak_limit_device_mib, self.leak_limit_host_mib, self.first_use_limit_device_mib)
+        if not all(limit >= 0 for limit in limits_mib):
             raise ValueError("leak limits must be >= 0 MiB")
 
     def case_deadline_s(self) -> float:

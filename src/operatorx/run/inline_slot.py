@@ -34,7 +34,8 @@ class InlineSlot:
             self._job = build_job(JobSpec.from_json(self.spec.worker_json()))   # what a worker gets: no database
             self.worker = self._job
             config = self.spec.config
-            self._watch = MemoryWatch(config.device or "cpu", config.leak_limit_device_mib, config.leak_limit_host_mib)
+            self._watch = MemoryWatch(config.device or "cpu", config.leak_limit_device_mib, config.leak_limit_host_mib,
+                                      config.first_use_limit_device_mib)
         return self._job.info
 
     def run(self, index: int, case: Case, deadline_s: float, stop: threading.Event) -> CaseOutcome:
@@ -42,7 +43,7 @@ class InlineSlot:
         assert job is not None and watch is not None
         config, t0 = self.spec.config, time.monotonic()
         row = job.run(case, index)
-        row, _ = finish_row(row, watch.after_case(), config.leak_limit_device_mib, config.leak_limit_host_mib)
+        row, _ = finish_row(row, watch.after_case(case.type), config.leak_limit_device_mib, config.leak_limit_host_mib)
         return CaseOutcome(index=index, row=row.to_json(), seconds=time.monotonic() - t0)
 
     def kill(self) -> None:

@@ -87,7 +87,8 @@ def _open_cuda_early() -> threading.Thread:
 
 def _serve(job: Job, spec: JobSpec, channel: IO[str]) -> None:
     config = spec.config
-    watch = MemoryWatch(config.device or "cpu", config.leak_limit_device_mib, config.leak_limit_host_mib)
+    watch = MemoryWatch(config.device or "cpu", config.leak_limit_device_mib, config.leak_limit_host_mib,
+                        config.first_use_limit_device_mib)
     for line in sys.stdin:
         msg = parse(line)
         if msg is None or msg.kind == "stop":
@@ -103,7 +104,8 @@ def _serve(job: Job, spec: JobSpec, channel: IO[str]) -> None:
                 return
             continue
         row = job.run(case, index)
-        row, replace = finish_row(row, watch.after_case(), config.leak_limit_device_mib, config.leak_limit_host_mib)
+        row, replace = finish_row(row, watch.after_case(case.type), config.leak_limit_device_mib,
+                                  config.leak_limit_host_mib)
         send(channel, "row", index=index, row=row.to_json(), replace=replace)
         if replace:
             return

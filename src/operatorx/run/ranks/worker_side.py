@@ -31,7 +31,7 @@ def serve_rank_case(job: Any, case: Case, index: int, body: dict[str, Any], chan
                           "message": "this worker's job runs no multi-rank case"})
         return True
     result = runs_ranks(case, index, assignment)
-    delta = watch.after_case()
+    delta = watch.after_case(case.type)
     if result.row is not None:
         row, replace = finish_row(result.row, delta, device_limit_mib, host_limit_mib)
         replace = replace or result.broken
