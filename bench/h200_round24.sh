@@ -59,8 +59,9 @@ resume_run() {
   grep -E " error " "$OUT/run_resume_vllm.txt" | cut -c1-300 | head -5
   cp -r /tmp/opx "$OUT/"
 }
-# The gpu tests of the code changed since d2ebf10 (dsv4, mla_dsa, vllm MoE's workspace, gqa, gdn/kda, mla), each
-# in what is left before second `$1`; a file that passed on this machine (/tmp/opx/passed) is not run again.
+# The gpu tests of the code changed since d2ebf10 (vllm MoE's workspace, gqa, gdn/kda, mla, then dsv4 and mla_dsa,
+# which passed at 1ad7e78, §34), each in what is left before second `$1`; a file that passed on this machine
+# (/tmp/opx/passed) is not run again.
 # The `stacks` probe (see the head of this file): its row, log and the worker's signal masks go to $OUT/stacks*.
 stacks_probe() {
   mkdir -p /tmp/opx
@@ -81,9 +82,9 @@ stacks_probe() {
 changed_tests() {
   local end=$1 t name k
   mkdir -p /tmp/opx/passed
-  for t in tests/backends/vllm/test_attention_dsv4_gpu.py tests/backends/vllm/test_attention_dsa.py \
-           tests/backends/vllm/test_gpu.py tests/backends/vllm/test_attention.py \
-           tests/backends/vllm/test_attention_linear.py tests/backends/vllm/test_attention_mla.py; do
+  for t in tests/backends/vllm/test_gpu.py tests/backends/vllm/test_attention.py \
+           tests/backends/vllm/test_attention_linear.py tests/backends/vllm/test_attention_mla.py \
+           tests/backends/vllm/test_attention_dsv4_gpu.py tests/backends/vllm/test_attention_dsa.py; do
     name=$(basename "$t" .py); k=(); [ "$name" = test_gpu ] && k=(-k "memory_back or forced_routing")
     [ -e "/tmp/opx/passed/$name" ] && { echo "$name: passed earlier on this machine"; continue; }
     [ $(( end - SECONDS )) -gt 30 ] || { echo "$name: no time left"; continue; }
