@@ -13,9 +13,9 @@ import pytest
 
 from operatorx.measure import TimingSettings
 from operatorx.run import RunConfig, run_testlist
-from operatorx.run.sweep import _Silent
 from operatorx.store import Store
 from tests.conftest import gemm
+from tests.run.notes import Notes
 
 PLANTED = Path(__file__).parent / "planted" / "misbehave.py"
 FAST = TimingSettings(warmup_calls=1, warmup_floor_s=0, first_warmup_floor_s=0, min_samples=3, max_samples=5,
@@ -104,15 +104,7 @@ def test_the_first_case_imports_nothing_the_stopping_rule_needs(tmp_path, write_
     assert stats._median_ci_ranks.cache_info().currsize == 1        # the ranks, and SciPy with them, are loaded
 
 
-class _Notes(_Silent):
-    def __init__(self) -> None:
-        self.notes: list[str] = []
-
-    def note(self, text: str) -> None:
-        self.notes.append(text)
-
-
-def _compiling(tmp_path, write_testlist, compile_s: float, after_s: float, notes: Optional[_Notes] = None, **kw):
+def _compiling(tmp_path, write_testlist, compile_s: float, after_s: float, notes: Optional[Notes] = None, **kw):
     backend = f"py:{PLANTED}:build[compile_s={compile_s},after_s={after_s}]"
     outcome = run_testlist(replace(config(tmp_path, write_testlist([fp32(10)]), case_timeout_s=3, **kw),
                                    backend=backend), notes)
@@ -122,7 +114,7 @@ def _compiling(tmp_path, write_testlist, compile_s: float, after_s: float, notes
 
 def test_a_compile_past_the_deadline_is_waited_for_and_said(tmp_path, write_testlist):
     """The worker's `nvcc` still runs at the 3-s deadline: the deadline waits for it, and the run says so."""
-    notes = _Notes()
+    notes = Notes()
     row = _compiling(tmp_path, write_testlist, compile_s=4.5, after_s=0, notes=notes)
     assert row.status == "ok", row.message
     (said,) = [n for n in notes.notes if "--compile-grace" in n]

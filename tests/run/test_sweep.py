@@ -13,6 +13,7 @@ from operatorx.run import RunConfig, run_testlist
 from operatorx.spec import TestlistError
 from operatorx.store import Store
 from tests.conftest import fp8_block, gemm, moe
+from tests.run.notes import Notes
 
 FAST = TimingSettings(warmup_calls=1, warmup_floor_s=0, first_warmup_floor_s=0, min_samples=3, max_samples=5,
                       max_time_s=0)
@@ -253,20 +254,6 @@ def test_every_metrics_key_a_row_carries_is_named_in_docs_metrics(tmp_path, writ
     assert not missing, f"docs/metrics.md does not name {missing}"
 
 
-class _Notes:
-    """A reporter that keeps what it was told."""
-
-    def __init__(self) -> None:
-        self.done: list[tuple[str, int]] = []
-        self.notes: list[str] = []
-
-    def case_done(self, slot, row) -> None:
-        self.done.append((slot, row.case_index))
-
-    def note(self, text: str) -> None:
-        self.notes.append(text)
-
-
 def test_rows_stored_together_fall_back_to_one_by_one_and_a_refused_row_stays_in_the_document(tmp_path,
                                                                                              monkeypatch):
     from operatorx.run.sweep import _close
@@ -316,7 +303,7 @@ def _sink(tmp_path, n: int):
 
     store = Store(str(tmp_path / "ox.db"))
     store.begin_run("r", "2026-12-01T00:00:00", "t", "torch", "cpu", {}, planned(n))
-    reporter = _Notes()
+    reporter = Notes()
     sink = _Sink(JobSpec(config=_config(tmp_path, "t"), run_id="r", testlist="t"), store, reporter)
     finished = [FinishedCase("gpu0", Task(index=i, case=done(i).case), CaseOutcome(index=i, row=done(i).to_json()))
                 for i in range(n)]
