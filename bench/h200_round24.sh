@@ -25,9 +25,9 @@
 #   cold    `cold SECONDS [TESTS_S]`: attn_small first on the fresh machine, default case timeout and --compile-grace (do the
 #           cold JIT compiles extend the deadline instead of timing out, §33?), then `finish`'s gpu tests in what
 #           is left; a later `finish` resumes attn_small and runs the tests that did not pass or had no time
-#   origin  `origin SECONDS`: attn_small's ratio-4 dsv4_attn decodes alone (`--filter "w128 c4 16x"`: does the first
-#           read `memory.first_use`, §34's prediction?), then bench/memory_origin.py on cases 6 and 7 (which vLLM
-#           allocation is the 256 MiB the first c4 case keeps?)
+#   origin  `origin SECONDS [CASES]`: bench/memory_origin.py on attn_small's CASES (default 7,18: the two ratio-4
+#           dsv4_attn decodes, c4 first in the process): which vLLM allocation is the 256 MiB the first c4 case keeps,
+#           and does that first case read `memory.first_use` (§34's prediction)?
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 # The dsv4_attn probe and gpu tests (stop at the first failure), within `$1` seconds.
@@ -207,9 +207,7 @@ case "${1:-carry}" in
     . bench/device_kit.sh
     tail -1 "$OUT/install.txt"
     end=$(( ${2:-570} - 10 ))
-    run_list $(( end - 200 - SECONDS )) attn_small c4first --filter "w128 c4 16x"
-    cp -r /tmp/opx "$OUT/"
-    timeout $(( end - SECONDS )) python3 bench/memory_origin.py attn_small 6,7 > "$OUT/memory_origin.txt" 2>&1
+    timeout $(( end - SECONDS )) python3 bench/memory_origin.py attn_small "${3:-7,18}" > "$OUT/memory_origin.txt" 2>&1
     echo "memory_origin rc $?"; grep -E "^case|kept|^      " "$OUT/memory_origin.txt" | head -40 | cut -c1-200 ;;
   stacks)
     . bench/device_kit.sh

@@ -1,6 +1,6 @@
 """Where a case's kept device memory was allocated: torch's allocator history, read back per case.
 
-    python bench/memory_origin.py attn_small 6,7 [MIN_MIB]
+    python bench/memory_origin.py attn_small 7,18 [MIN_MIB]
 
 Runs the listed cases of a testlist through the vllm backend with `--rank-local`, in this process and as a
 worker runs them (run/job.py, then the memory check), with torch's CUDA allocator recording every
