@@ -21,7 +21,8 @@
 #   stacks  `stacks [TIMEOUT_S]`: attn_small's first case with a TIMEOUT_S (default 20) case timeout, which a cold
 #           machine's JIT compile (or a warm one's setup, at 5 s) outlasts: does the timeout row carry the worker's
 #           Python stacks (§33 had none)? The worker's signal masks every 2 s (/proc/PID/task/*/status) say whether
-#           SIGUSR1 is caught, and by which threads it is blocked; `finish` runs it at 5 s in what is left
+#           SIGUSR1 is caught, and by which threads it is blocked; `finish` runs it at 1 s in what is left (at 5 s a warm
+#           machine prepared the case in time, §35)
 #   cold    `cold SECONDS [TESTS_S]`: attn_small first on the fresh machine, default case timeout and --compile-grace (do the
 #           cold JIT compiles extend the deadline instead of timing out, §33?), then `finish`'s gpu tests in what
 #           is left; a later `finish` resumes attn_small and runs the tests that did not pass or had no time
@@ -182,7 +183,7 @@ case "${1:-carry}" in
     end=$(( ${2:-570} - 10 ))
     resume_run $(( end - SECONDS ))
     changed_tests "$end"
-    [ $(( end - SECONDS )) -gt 45 ] && stacks_probe 5 ;;
+    [ $(( end - SECONDS )) -gt 45 ] && stacks_probe 1 ;;
   both)
     # `both SECONDS`: the gpu tests `finish` runs first (they also fill the JIT caches: DeepGEMM's nvcc kernels,
     # Triton's, on a fresh machine; a first case that compiled them took over 84 s, §33), then attn_small with a
