@@ -21,7 +21,7 @@ VARIANTS = textwrap.dedent('''
     import torch.nn.functional as F
     from operatorx.backends.py_file import gemm_inputs
 
-    _operands = {}       # one set for every side: where a side's operands lie moves a CPU call by itself
+    _operands = {}       # one set for every side: operands of their own spread identical sides wider (§35)
 
     def variant(case, device, spin_us=0.0, scale=1.0):
         x = _operands.setdefault(device, gemm_inputs(case, device))    # (gemm_inputs hands the check its copy)
