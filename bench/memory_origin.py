@@ -61,8 +61,7 @@ def main() -> None:
     cases = load_testlist(resolve_testlist(testlist))
     config = RunConfig(testlist=testlist, backend="vllm", device="cuda", rank_local=True)
     job = build_job(JobSpec(config=config, run_id="memory-origin", testlist=testlist))
-    watch = MemoryWatch("cuda", config.leak_limit_device_mib, config.leak_limit_host_mib,
-                        config.first_use_limit_device_mib)
+    watch = MemoryWatch.for_run(config)
     torch.cuda.memory._record_memory_history(enabled="all", context="alloc", stacks="python", max_entries=2_000_000)
     for index in wanted:
         case = cases[index]

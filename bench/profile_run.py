@@ -28,7 +28,7 @@ device = sys.argv[4] if len(sys.argv) > 4 else "cuda"
 cases = [c for c in load_testlist(resolve_testlist(testlist))[:limit] if c.flops() <= skip_gflop * 1e9]
 config = RunConfig(testlist=testlist, device=device)
 job = build_job(JobSpec(config=config, run_id="profile", testlist=testlist))   # L2 probe, CUPTI start
-watch = MemoryWatch(device, config.leak_limit_device_mib, config.leak_limit_host_mib, config.first_use_limit_device_mib)
+watch = MemoryWatch.for_run(config)
 job.run(cases[0], 0)                                                             # first-op warmup
 
 

@@ -61,3 +61,15 @@ def test_first_use_admits_device_memory_only(monkeypatch):
     assert delta.first_use and leak is not None
     assert "3000 MiB of host memory" in leak and "device" not in leak
     assert delta.to_json()["first_use"] is True
+
+
+def test_a_run_s_watch_takes_the_run_s_device_and_limits(device_mib: list[float]) -> None:
+    from operatorx.run import RunConfig
+
+    config = RunConfig(testlist="gemm", device="cuda", leak_limit_device_mib=64, leak_limit_host_mib=512,
+                       first_use_limit_device_mib=300)
+    watch = MemoryWatch.for_run(config)
+    assert (watch.device_kind, watch.device_limit_mib, watch.host_limit_mib, watch.first_use_limit_device_mib) == \
+        ("cuda", 64, 512, 300)
+    assert _case(watch, device_mib, 200, "gqa") == (True, None)     # past 64, within 300: its first use
+    assert MemoryWatch.for_run(RunConfig(testlist="gemm")).device_kind == "cpu"     # no device named: the CPU

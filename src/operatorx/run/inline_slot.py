@@ -33,9 +33,7 @@ class InlineSlot:
         if self._job is None:
             self._job = build_job(JobSpec.from_json(self.spec.worker_json()))   # what a worker gets: no database
             self.worker = self._job
-            config = self.spec.config
-            self._watch = MemoryWatch(config.device or "cpu", config.leak_limit_device_mib, config.leak_limit_host_mib,
-                                      config.first_use_limit_device_mib)
+            self._watch = MemoryWatch.for_run(self.spec.config)
         return self._job.info
 
     def run(self, index: int, case: Case, deadline_s: float, stop: threading.Event) -> CaseOutcome:

@@ -18,7 +18,10 @@ import ctypes
 import gc
 import os
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
+
+if TYPE_CHECKING:
+    from operatorx.run.config import RunConfig
 
 __all__ = ["MemoryReading", "read_memory", "MemoryDelta", "MemoryWatch"]
 
@@ -119,6 +122,12 @@ class MemoryWatch:
         self.first_use_taken: set[str] = set()
         """The op types whose one-time device state this worker has admitted (module docstring)."""
         self.baseline = read_memory(device_kind, thorough=True)
+
+    @classmethod
+    def for_run(cls, config: RunConfig) -> MemoryWatch:
+        """The watch a worker of this run keeps: the run's device and its three limits."""
+        return cls(config.device or "cpu", config.leak_limit_device_mib, config.leak_limit_host_mib,
+                   config.first_use_limit_device_mib)
 
     def after_case(self, op_type: str) -> MemoryDelta:
         delta = MemoryDelta(self.baseline, read_memory(self.device_kind))

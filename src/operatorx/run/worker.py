@@ -87,8 +87,7 @@ def _open_cuda_early() -> threading.Thread:
 
 def _serve(job: Job, spec: JobSpec, channel: IO[str]) -> None:
     config = spec.config
-    watch = MemoryWatch(config.device or "cpu", config.leak_limit_device_mib, config.leak_limit_host_mib,
-                        config.first_use_limit_device_mib)
+    watch = MemoryWatch.for_run(config)
     for line in sys.stdin:
         msg = parse(line)
         if msg is None or msg.kind == "stop":
